@@ -1,0 +1,74 @@
+"""Environment parsing: defaults, every accepted value, and the message of a bad one."""
+
+import pytest
+
+from vllm_gdn_invariant.plugin.config import (
+    DEFAULT_SHADOW_OUT,
+    ConfigError,
+    Mode,
+    PluginConfig,
+    ShadowConfig,
+    load_config,
+)
+
+
+def test_defaults_are_route_not_strict_no_shadow():
+    assert load_config({}) == PluginConfig(Mode.ROUTE, False, None)
+
+
+@pytest.mark.parametrize("value, mode", [("route", Mode.ROUTE), ("GOLDEN", Mode.GOLDEN),
+                                         (" off ", Mode.OFF)])
+def test_mode_values(value, mode):
+    assert load_config({"VLLM_GDN_INVARIANT_MODE": value}).mode is mode
+
+
+@pytest.mark.parametrize("value, strict", [("0", False), ("1", True)])
+def test_strict_values(value, strict):
+    assert load_config({"VLLM_GDN_INVARIANT_STRICT": value}).strict is strict
+
+
+@pytest.mark.parametrize(
+    "value, shadow",
+    [
+        ("off", None),
+        ("0", None),
+        ("", None),
+        ("0.25", ShadowConfig(0.25, DEFAULT_SHADOW_OUT, 0)),
+        ("rate=1", ShadowConfig(1.0, DEFAULT_SHADOW_OUT, 0)),
+        ("0.5,out=/tmp/s.jsonl,seed=7", ShadowConfig(0.5, "/tmp/s.jsonl", 7)),
+    ],
+)
+def test_shadow_values(value, shadow):
+    assert load_config({"VLLM_GDN_INVARIANT_SHADOW": value}).shadow == shadow
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("VLLM_GDN_INVARIANT_MODE", "fast"),
+        ("VLLM_GDN_INVARIANT_MODE", ""),
+        ("VLLM_GDN_INVARIANT_STRICT", "yes"),
+        ("VLLM_GDN_INVARIANT_STRICT", "2"),
+        ("VLLM_GDN_INVARIANT_SHADOW", "1.5"),
+        ("VLLM_GDN_INVARIANT_SHADOW", "-0.1"),
+        ("VLLM_GDN_INVARIANT_SHADOW", "lots"),
+        ("VLLM_GDN_INVARIANT_SHADOW", "0.1,out="),
+        ("VLLM_GDN_INVARIANT_SHADOW", "0.1,color=red"),
+        ("VLLM_GDN_INVARIANT_SHADOW", "0.1,seed=x"),
+        ("VLLM_GDN_INVARIANT_SHADOW", "0.1,seed=1,seed=2"),
+    ],
+)
+def test_bad_value_names_variable_value_and_choices(name, value):
+    with pytest.raises(ConfigError) as info:
+        load_config({name: value})
+    message = str(info.value)
+    assert name in message
+    assert repr(value) in message
+    assert "valid values:" in message
+    assert info.value.name == name
+
+
+def test_config_is_frozen():
+    config = load_config({})
+    with pytest.raises(AttributeError):
+        config.mode = Mode.OFF  # type: ignore[misc]

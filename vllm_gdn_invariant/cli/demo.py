@@ -1,0 +1,190 @@
+"""``python -m vllm_gdn_invariant demo``: one request alone and among others, with the plugin.
+
+It writes a tiny Qwen3-Next model (config, a locally built tokenizer, dummy weights) to a
+temporary folder, starts vLLM offline with ``VLLM_PLUGINS=gdn_invariant``, runs a target
+request alone and then among requests of mixed lengths under a small token budget (so that
+steps mix prefills and decodes), and reports whether the target's tokens and logprobs are
+bitwise identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vllm_gdn_invariant.cli.tiny_model import words, write_tiny_model
+from vllm_gdn_invariant.plugin.entry import plan
+
+PLUGIN_NAME = "gdn_invariant"
+TARGET_PROMPT_WORDS = 12
+OTHER_PROMPT_WORDS = (300, 37, 64, 5, 150, 1)
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    logprobs: list[float]
+
+    @classmethod
+    def from_request_output(cls, output: Any) -> Completion:
+        sample = output.outputs[0]
+        chosen = [step[tok].logprob for tok, step in zip(sample.token_ids, sample.logprobs)]
+        return cls(list(sample.token_ids), chosen)
+
+
+def float_bits(values: list[float]) -> list[int]:
+    return [struct.unpack("<Q", struct.pack("<d", v))[0] for v in values]
+
+
+@dataclass
+class DemoReport:
+    plugin: str
+    device: str
+    tokens_identical: bool
+    logprobs_identical: bool
+    first_token_divergence: int | None
+    max_logprob_diff: float
+    alone: Completion
+    batched: Completion
+    shadow: str = "shadow mode not enabled"
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        verdict = "IDENTICAL" if self.tokens_identical and self.logprobs_identical else "DIFFERENT"
+        out = [
+            f"plugin:   {self.plugin}",
+            f"device:   {self.device}",
+            f"target alone vs batched: {verdict}",
+            f"  tokens identical:   {self.tokens_identical}"
+            + (
+                ""
+                if self.first_token_divergence is None
+                else f" (first divergence at {self.first_token_divergence})"
+            ),
+            f"  logprobs identical: {self.logprobs_identical} (bitwise; max |diff| "
+            f"{self.max_logprob_diff:.3g})",
+            f"shadow:   {self.shadow}",
+        ]
+        return out
+
+
+def compare(alone: Completion, batched: Completion) -> tuple[bool, bool, int | None, float]:
+    tokens_identical = alone.token_ids == batched.token_ids
+    divergence = next(
+        (i for i, (x, y) in enumerate(zip(alone.token_ids, batched.token_ids)) if x != y), None
+    )
+    if divergence is None and len(alone.token_ids) != len(batched.token_ids):
+        divergence = min(len(alone.token_ids), len(batched.token_ids))
+    logprobs_identical = tokens_identical and float_bits(alone.logprobs) == float_bits(
+        batched.logprobs
+    )
+    diffs = [abs(x - y) for x, y in zip(alone.logprobs, batched.logprobs)]
+    finite = [d for d in diffs if math.isfinite(d)]
+    return tokens_identical, logprobs_identical, divergence, max(finite, default=0.0)
+
+
+def enable_plugin_env() -> None:
+    """Make vLLM load this plugin in every process it starts."""
+    current = os.environ.get("VLLM_PLUGINS")
+    names = [n for n in (current or "").split(",") if n]
+    if PLUGIN_NAME not in names:
+        names.append(PLUGIN_NAME)
+    os.environ["VLLM_PLUGINS"] = ",".join(names)
+
+
+def progress(step: int, total: int, text: str) -> None:
+    print(f"[demo {step}/{total}] {text}", flush=True)
+
+
+def run_demo(model_dir: str | None, max_tokens: int, seed: int) -> DemoReport:
+    total = 5
+    timings: dict[str, float] = {}
+    progress(1, total, "plugin: " + plan().summary())
+    enable_plugin_env()
+
+    t0 = time.monotonic()
+    if model_dir is None:
+        model_dir = tempfile.mkdtemp(prefix="gdn_invariant_demo_")
+        write_tiny_model(model_dir)
+        progress(2, total, f"wrote a tiny Qwen3-Next model to {model_dir}")
+    else:
+        progress(2, total, f"using the model in {model_dir}")
+
+    from vllm import LLM, SamplingParams
+
+    progress(3, total, "starting vLLM offline (dummy weights, enforce_eager)")
+    llm = LLM(
+        model=model_dir,
+        load_format="dummy",
+        seed=seed,
+        enforce_eager=True,
+        gpu_memory_utilization=0.2,
+        max_model_len=1024,
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        enable_prefix_caching=False,
+    )
+    timings["start"] = time.monotonic() - t0
+    params = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, logprobs=1, ignore_eos=True, seed=seed
+    )
+    target = words(TARGET_PROMPT_WORDS, start=7)
+
+    t1 = time.monotonic()
+    progress(4, total, f"target alone ({TARGET_PROMPT_WORDS}-word prompt, {max_tokens} tokens)")
+    alone = Completion.from_request_output(llm.generate([target], params, use_tqdm=False)[0])
+    timings["alone"] = time.monotonic() - t1
+
+    t2 = time.monotonic()
+    others = [words(n, start=31 * (i + 1)) for i, n in enumerate(OTHER_PROMPT_WORDS)]
+    progress(
+        5,
+        total,
+        f"target among {len(others)} others of {', '.join(map(str, OTHER_PROMPT_WORDS))} "
+        "words (64-token budget: steps mix prefills and decodes)",
+    )
+    outputs = llm.generate([others[0], target, *others[1:]], params, use_tqdm=False)
+    batched = Completion.from_request_output(outputs[1])
+    timings["batched"] = time.monotonic() - t2
+
+    tokens_identical, logprobs_identical, divergence, max_diff = compare(alone, batched)
+    from vllm.platforms import current_platform
+
+    return DemoReport(
+        plugin=plan().summary(),
+        device=str(current_platform.device_name),
+        tokens_identical=tokens_identical,
+        logprobs_identical=logprobs_identical,
+        first_token_divergence=divergence,
+        max_logprob_diff=max_diff,
+        alone=alone,
+        batched=batched,
+        seconds={k: round(v, 1) for k, v in timings.items()},
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vllm_gdn_invariant demo", description=__doc__)
+    parser.add_argument("--model", help="a model folder to use instead of the tiny default")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the report as JSON to this file")
+    args = parser.parse_args(argv)
+    report = run_demo(args.model, args.max_tokens, args.seed)
+    print("\n".join(["", "== gdn_invariant demo report ==", *report.lines()]), flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(asdict(report), fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

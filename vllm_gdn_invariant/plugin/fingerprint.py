@@ -1,0 +1,88 @@
+"""Source fingerprints of vLLM functions.
+
+A fingerprint is the first 16 hex digits of the SHA-256 of a function's source text, as
+written in its module file: from ``def`` to its last line, dedented, trailing whitespace
+removed. Decorators are not part of it. The same function computes it from an installed
+module and from a file read out of a wheel, so both sides agree by construction.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SourceTarget:
+    """A function of vLLM, named by module and qualified name (``Class.method``)."""
+
+    module: str
+    qualname: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+    @property
+    def path_in_package(self) -> str:
+        """The module's file relative to site-packages, as it lies in a wheel."""
+        return self.module.replace(".", "/") + ".py"
+
+    def installed_source_file(self) -> Path | None:
+        """The installed module file, found without importing the module."""
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            return None
+        return Path(spec.origin)
+
+
+class SourceNotFound(LookupError):
+    """The module text has no function of that qualified name."""
+
+
+def function_source(module_source: str, qualname: str) -> str:
+    """The normalized source text of ``qualname`` inside ``module_source``."""
+    tree = ast.parse(module_source)
+    body: list[ast.stmt] = tree.body
+    node: ast.AST | None = None
+    for part in qualname.split("."):
+        node = next(
+            (
+                n
+                for n in body
+                if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.name == part
+            ),
+            None,
+        )
+        if node is None:
+            raise SourceNotFound(qualname)
+        body = node.body  # type: ignore[attr-defined]
+    segment = ast.get_source_segment(module_source, node, padded=True)
+    if segment is None:
+        raise SourceNotFound(qualname)
+    lines = textwrap.dedent(segment).splitlines()
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def fingerprint(module_source: str, qualname: str) -> str:
+    text = function_source(module_source, qualname)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def installed_fingerprint(target: SourceTarget) -> str | None:
+    """Fingerprint of the installed source of ``target``; None when it cannot be read."""
+    path = target.installed_source_file()
+    if path is None:
+        return None
+    try:
+        return fingerprint(path.read_text(encoding="utf-8"), target.qualname)
+    except (OSError, SyntaxError, SourceNotFound):
+        return None
