@@ -1,8 +1,10 @@
 """What the plugin replaces in vLLM, and why.
 
-| mode | target | replacement | why |
-| --- | --- | --- | --- |
-| route, golden | ``QwenGatedDeltaNetAttention._forward_core`` | :func:`routing.routed_forward_core` | mixed-step decode rows run the decode-only kernels (source 1 of the brief) |
+* ``QwenGatedDeltaNetAttention._forward_core`` (modes route and golden) becomes
+  :func:`routing.routed_forward_core`: mixed-step decode rows run the decode-only kernels
+  (source 1 of the brief). It relies on ``_forward_core_decode_non_spec``,
+  ``GDNAttentionMetadataBuilder.build`` and ``compute_causal_conv1d_metadata``, which the
+  version guard fingerprints too.
 
 vLLM's own ``_forward_core`` stays on the class as ``_forward_core_upstream``; the
 replacement calls it for every step it does not split. ``patches/vllm-<version>/`` at the

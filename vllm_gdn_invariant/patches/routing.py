@@ -17,8 +17,9 @@ The replacement splits a mixed step at ``num_decode_tokens`` (the builder puts d
 
 Every other step (speculative, decode-only, prefill-only, profile runs) goes to
 ``_forward_core_upstream`` unchanged, and so do mixed steps when the packed decode path is
-switched off (``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=0``) or when the step exports prefill
-checkpoints, whose row tables index the whole batch.
+switched off (``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=0``) or when the step exports FlashInfer
+prefill checkpoints (0.33+ with ``mamba_cache_mode=align``), whose row tables index the whole
+batch; the latter is logged once.
 
 The functions below are written so that ``scripts/make_patches.py`` can copy their source
 into vLLM's module: they use only names that module has or that the patch imports.
@@ -27,12 +28,16 @@ into vLLM's module: they use only names that module has or that the patch import
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import torch
 from vllm.forward_context import get_forward_context
 
 GDN_INVARIANT_SPLIT_ATTR = "gdn_invariant_split"
 GDN_INVARIANT_PAD_SLOT_ID = -1
+GDN_INVARIANT_WARNED: list[bool] = []
+
+logger = logging.getLogger("vllm_gdn_invariant.routing")
 
 
 def gdn_invariant_rebase_conv_programs(nums_dict, batch_ptr, token_chunk_offset_ptr, num_decodes):
@@ -78,7 +83,6 @@ def gdn_invariant_split_mixed_step(attn_metadata):
         return split
     num_decodes = attn_metadata.num_decodes
     num_decode_tokens = attn_metadata.num_decode_tokens
-    query_start_loc = attn_metadata.non_spec_query_start_loc
     state_indices = attn_metadata.non_spec_state_indices_tensor
     has_initial_state = attn_metadata.has_initial_state
     decode = dataclasses.replace(
@@ -87,7 +91,7 @@ def gdn_invariant_split_mixed_step(attn_metadata):
         num_prefill_tokens=0,
         num_actual_tokens=num_decode_tokens,
         has_initial_state=None,
-        non_spec_query_start_loc=query_start_loc[: num_decodes + 1],
+        non_spec_query_start_loc=attn_metadata.non_spec_query_start_loc[: num_decodes + 1],
         non_spec_state_indices_tensor=state_indices[:num_decodes],
         chunk_indices=None,
         chunk_offsets=None,
@@ -110,7 +114,7 @@ def gdn_invariant_split_mixed_step(attn_metadata):
         num_decode_tokens=0,
         num_actual_tokens=attn_metadata.num_actual_tokens - num_decode_tokens,
         has_initial_state=None if has_initial_state is None else has_initial_state[num_decodes:],
-        non_spec_query_start_loc=query_start_loc[num_decodes:] - num_decode_tokens,
+        non_spec_query_start_loc=attn_metadata.prefill_query_start_loc,
         non_spec_state_indices_tensor=state_indices[num_decodes:],
         nums_dict=nums_dict,
         batch_ptr=batch_ptr,
@@ -123,14 +127,23 @@ def gdn_invariant_split_mixed_step(attn_metadata):
 
 def gdn_invariant_routes(layer, attn_metadata):
     """Whether this step's decode rows take the decode-only path (a mixed non-spec step)."""
-    return (
-        attn_metadata is not None
-        and layer.enable_packed_recurrent_decode
-        and attn_metadata.spec_sequence_masks is None
-        and attn_metadata.num_prefills > 0
-        and attn_metadata.num_decodes > 0
-        and getattr(attn_metadata, "checkpoint", None) is None
-    )
+    if (
+        attn_metadata is None
+        or not layer.enable_packed_recurrent_decode
+        or attn_metadata.spec_sequence_masks is not None
+        or attn_metadata.num_prefills == 0
+        or attn_metadata.num_decodes == 0
+    ):
+        return False
+    if getattr(attn_metadata, "flashinfer_checkpoint_plan", None) is not None:
+        if not GDN_INVARIANT_WARNED:
+            GDN_INVARIANT_WARNED.append(True)
+            logger.warning(
+                "gdn_invariant: a mixed step exports FlashInfer prefill checkpoints; "
+                "such steps are left to vLLM and their decode rows are not routed"
+            )
+        return False
+    return True
 
 
 def routed_forward_core(

@@ -8,6 +8,7 @@ and logs one line saying what it did.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -36,6 +37,7 @@ class PluginStatus:
     config: PluginConfig
     guard: GuardResult | None
     patches: tuple[MethodPatch, ...]
+    applied: bool = False
 
     @property
     def refusal(self) -> str | None:
@@ -56,7 +58,8 @@ class PluginStatus:
         elif self.refusal is not None:
             action = f"nothing patched: {self.refusal}"
         else:
-            action = "patched " + ", ".join(p.name for p in self.patches)
+            verb = "patched" if self.applied else "would patch"
+            action = f"{verb} " + ", ".join(p.name for p in self.patches)
         proc = f"pid {os.getpid()} {multiprocessing.current_process().name}"
         return f"gdn_invariant: {build}, {self.config.describe()}; {action} [{proc}]"
 
@@ -106,6 +109,7 @@ def register() -> None:
         else:
             if status.will_patch:
                 apply_all(status.patches)
+                status = dataclasses.replace(status, applied=True)
             logger.info(status.summary())
         _registered = status
 

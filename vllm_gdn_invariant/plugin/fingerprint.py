@@ -77,12 +77,22 @@ def fingerprint(module_source: str, qualname: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def installed_fingerprint(target: SourceTarget) -> str | None:
-    """Fingerprint of the installed source of ``target``; None when it cannot be read."""
+def read_installed_source(target: SourceTarget) -> str | None:
+    """The text of the installed module file of ``target``; None when it cannot be read."""
     path = target.installed_source_file()
     if path is None:
         return None
     try:
-        return fingerprint(path.read_text(encoding="utf-8"), target.qualname)
-    except (OSError, SyntaxError, SourceNotFound):
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def fingerprint_or_none(module_source: str | None, qualname: str) -> str | None:
+    """Fingerprint of ``qualname`` in ``module_source``; None when it is not there."""
+    if module_source is None:
+        return None
+    try:
+        return fingerprint(module_source, qualname)
+    except (SyntaxError, SourceNotFound):
         return None

@@ -10,13 +10,17 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from packaging.version import InvalidVersion, Version
 
-from vllm_gdn_invariant.plugin.fingerprint import SourceTarget, installed_fingerprint
+from vllm_gdn_invariant.plugin.fingerprint import (
+    SourceTarget,
+    fingerprint_or_none,
+    read_installed_source,
+)
 
 QWEN_GDN_MODULE = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 GDN_BACKEND_MODULE = "vllm.v1.attention.backends.gdn_attn"
@@ -167,8 +171,13 @@ def check_targets(
     targets: Iterable[tuple[SourceTarget, str]],
     installed: InstalledVllm | None = None,
     fingerprints: Mapping[tuple[str, str], Mapping[str, str]] = FINGERPRINTS,
+    read_source: Callable[[SourceTarget], str | None] = read_installed_source,
 ) -> GuardResult:
-    """Compare the installed source of each (target, role) with the table for this build."""
+    """Compare the source of each (target, role) with the table for this build.
+
+    ``read_source`` gives a target's module text: by default the installed file; a test
+    passes a reader of a wheel's files.
+    """
     if installed is None:
         installed = installed_vllm()
     if installed is None:
@@ -179,7 +188,7 @@ def check_targets(
             target,
             role,
             None if table is None else table.get(target.key),
-            installed_fingerprint(target),
+            fingerprint_or_none(read_source(target), target.qualname),
         )
         for target, role in targets
     )

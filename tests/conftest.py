@@ -1,0 +1,47 @@
+"""Shared fixtures: published vLLM wheels, read without installing them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+SUPPORTED_CUDA_VERSIONS = ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
+WHEEL_CACHE = Path(
+    os.environ.get(
+        "VLLM_GDN_INVARIANT_WHEEL_CACHE",
+        Path.home() / ".cache" / "vllm-gdn-invariant" / "wheels",
+    )
+)
+
+
+def vllm_wheel(version: str) -> Path:
+    """The CUDA vLLM wheel of ``version``, downloaded once into the cache."""
+    found = sorted(WHEEL_CACHE.glob(f"vllm-{version}-*.whl"))
+    if found:
+        return found[0]
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+         f"vllm=={version}", "-d", str(WHEEL_CACHE)],
+        check=True,
+    )
+    found = sorted(WHEEL_CACHE.glob(f"vllm-{version}-*.whl"))
+    assert found, f"pip download of vllm=={version} left no wheel in {WHEEL_CACHE}"
+    return found[0]
+
+
+def read_from_wheel(version: str, path_in_package: str) -> str:
+    with zipfile.ZipFile(vllm_wheel(version)) as wheel:
+        return wheel.read(path_in_package).decode("utf-8")
+
+
+@pytest.fixture(scope="session")
+def wheel_source() -> Callable[[str, str], str]:
+    """``wheel_source(version, "vllm/.../file.py")`` -> that file's text in the wheel."""
+    return read_from_wheel
