@@ -27,8 +27,17 @@ def vllm_wheel(version: str) -> Path:
         return found[0]
     WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-         f"vllm=={version}", "-d", str(WHEEL_CACHE)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            f"vllm=={version}",
+            "-d",
+            str(WHEEL_CACHE),
+        ],
         check=True,
     )
     found = sorted(WHEEL_CACHE.glob(f"vllm-{version}-*.whl"))

@@ -16,8 +16,9 @@ def test_defaults_are_route_not_strict_no_shadow():
     assert load_config({}) == PluginConfig(Mode.ROUTE, False, None)
 
 
-@pytest.mark.parametrize("value, mode", [("route", Mode.ROUTE), ("GOLDEN", Mode.GOLDEN),
-                                         (" off ", Mode.OFF)])
+@pytest.mark.parametrize(
+    "value, mode", [("route", Mode.ROUTE), ("GOLDEN", Mode.GOLDEN), (" off ", Mode.OFF)]
+)
 def test_mode_values(value, mode):
     assert load_config({"VLLM_GDN_INVARIANT_MODE": value}).mode is mode
 

@@ -43,7 +43,7 @@ def run_register(env: dict[str, str] | None = None, setup: str = "") -> tuple[di
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, proc.stdout + proc.stderr
-    return json.loads(lines[-1][len("RESULT "):]), proc.stderr
+    return json.loads(lines[-1][len("RESULT ") :]), proc.stderr
 
 
 def plugin_lines(stderr: str) -> list[str]:
@@ -53,7 +53,10 @@ def plugin_lines(stderr: str) -> list[str]:
 def test_route_mode_patches_forward_core_once_and_logs_one_line():
     result, stderr = run_register()
     assert result == {
-        "error": None, "patched": True, "upstream_kept": True, "original_is_vllms": True
+        "error": None,
+        "patched": True,
+        "upstream_kept": True,
+        "original_is_vllms": True,
     }
     (line,) = plugin_lines(stderr)
     assert "mode=route" in line
@@ -96,10 +99,13 @@ entry.check_targets = lambda targets: real(targets, installed=fake)
 """
 
 
-@pytest.mark.parametrize("setup, reason", [
-    (ALTER_FINGERPRINT, "QwenGatedDeltaNetAttention._forward_core (replaced) mismatch"),
-    (UNKNOWN_VERSION, "vLLM build vllm 0.29.0 is not supported"),
-])
+@pytest.mark.parametrize(
+    "setup, reason",
+    [
+        (ALTER_FINGERPRINT, "QwenGatedDeltaNetAttention._forward_core (replaced) mismatch"),
+        (UNKNOWN_VERSION, "vLLM build vllm 0.29.0 is not supported"),
+    ],
+)
 def test_unknown_source_or_version_logs_and_patches_nothing(setup, reason):
     result, stderr = run_register(setup=setup)
     assert result["error"] is None and not result["patched"]
@@ -107,10 +113,13 @@ def test_unknown_source_or_version_logs_and_patches_nothing(setup, reason):
     assert "nothing patched" in line and reason in line
 
 
-@pytest.mark.parametrize("setup, reason", [
-    (ALTER_FINGERPRINT, "QwenGatedDeltaNetAttention._forward_core (replaced) mismatch"),
-    (UNKNOWN_VERSION, "vLLM build vllm 0.29.0 is not supported"),
-])
+@pytest.mark.parametrize(
+    "setup, reason",
+    [
+        (ALTER_FINGERPRINT, "QwenGatedDeltaNetAttention._forward_core (replaced) mismatch"),
+        (UNKNOWN_VERSION, "vLLM build vllm 0.29.0 is not supported"),
+    ],
+)
 def test_strict_mode_raises_on_unknown_source_or_version(setup, reason):
     result, _ = run_register({"VLLM_GDN_INVARIANT_STRICT": "1"}, setup=setup)
     assert result["error"].startswith("UnsupportedVllmError: ")

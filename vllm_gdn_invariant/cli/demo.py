@@ -36,7 +36,9 @@ class Completion:
     @classmethod
     def from_request_output(cls, output: Any) -> Completion:
         sample = output.outputs[0]
-        chosen = [step[tok].logprob for tok, step in zip(sample.token_ids, sample.logprobs, strict=True)]
+        chosen = [
+            step[tok].logprob for tok, step in zip(sample.token_ids, sample.logprobs, strict=True)
+        ]
         return cls(list(sample.token_ids), chosen)
 
 
@@ -79,7 +81,12 @@ class DemoReport:
 def compare(alone: Completion, batched: Completion) -> tuple[bool, bool, int | None, float]:
     tokens_identical = alone.token_ids == batched.token_ids
     divergence = next(
-        (i for i, (x, y) in enumerate(zip(alone.token_ids, batched.token_ids, strict=False)) if x != y), None
+        (
+            i
+            for i, (x, y) in enumerate(zip(alone.token_ids, batched.token_ids, strict=False))
+            if x != y
+        ),
+        None,
     )
     if divergence is None and len(alone.token_ids) != len(batched.token_ids):
         divergence = min(len(alone.token_ids), len(batched.token_ids))

@@ -21,7 +21,8 @@ ENTRY_POINT_NAME = "gdn_invariant"
 
 def entry_point_line() -> str:
     found = [
-        ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        ep
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         if ep.name == ENTRY_POINT_NAME
     ]
     if not found:

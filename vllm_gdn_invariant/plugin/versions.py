@@ -207,7 +207,8 @@ def check_targets(
             for c in bad
         )
         return GuardResult(
-            installed, checks, f"source of {installed.describe()} differs from its fingerprint: "
-            f"{detail}"
+            installed,
+            checks,
+            f"source of {installed.describe()} differs from its fingerprint: {detail}",
         )
     return GuardResult(installed, checks, None)
