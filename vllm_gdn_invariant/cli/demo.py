@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllm_gdn_invariant.cli.tiny_model import words, write_tiny_model
-from vllm_gdn_invariant.plugin.entry import plan
+from vllm_gdn_invariant.plugin.entry import plan, registered_status
 
 PLUGIN_NAME = "gdn_invariant"
 TARGET_PROMPT_WORDS = 12
@@ -165,9 +165,13 @@ def run_demo(model_dir: str | None, max_tokens: int, seed: int) -> DemoReport:
     tokens_identical, logprobs_identical, divergence, max_diff = compare(alone, batched)
     from vllm.platforms import current_platform
 
+    status = registered_status() or plan()
+    device = str(current_platform.device_name)
+    if current_platform.is_cpu():
+        device += " (vLLM runs GDN layers through forward_cpu here; the routing is not exercised)"
     return DemoReport(
-        plugin=plan().summary(),
-        device=str(current_platform.device_name),
+        plugin=status.summary(),
+        device=device,
         tokens_identical=tokens_identical,
         logprobs_identical=logprobs_identical,
         first_token_divergence=divergence,

@@ -88,10 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         consequence = "raise at startup (strict)" if config.strict else "patch nothing"
         print(f"verdict:      REFUSE ({consequence}): {status.refusal}")
         return 1
-    if not status.will_patch:
-        print("verdict:      mode off: nothing would be patched")
-        return 0
-    print("verdict:      would patch " + ", ".join(p.name for p in status.patches))
+    print(f"verdict:      {status.action()}")
     return 0
 
 

@@ -22,6 +22,8 @@ from vllm_gdn_invariant.plugin.versions import GuardResult, check_targets
 
 logger = logging.getLogger("vllm_gdn_invariant")
 
+PACKED_DECODE_ENV = "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE"
+
 _lock = threading.Lock()
 _registered: PluginStatus | None = None
 
@@ -40,6 +42,14 @@ class PluginStatus:
     applied: bool = False
 
     @property
+    def packed_decode(self) -> bool:
+        """vLLM's ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE`` (default on); parsed as vLLM does."""
+        try:
+            return bool(int(os.environ.get(PACKED_DECODE_ENV, "1")))
+        except ValueError:
+            return True
+
+    @property
     def refusal(self) -> str | None:
         if self.config.mode is Mode.OFF:
             return None
@@ -49,19 +59,28 @@ class PluginStatus:
     def will_patch(self) -> bool:
         return self.config.mode is not Mode.OFF and self.refusal is None
 
+    def action(self) -> str:
+        """What the plugin did or would do, in words."""
+        if self.config.mode is Mode.OFF:
+            return "nothing patched (mode off)"
+        if self.refusal is not None:
+            return f"nothing patched: {self.refusal}"
+        verb = "patched" if self.applied else "would patch"
+        action = f"{verb} " + ", ".join(p.name for p in self.patches)
+        if not self.packed_decode:
+            action += (
+                f" ({PACKED_DECODE_ENV}=0: vLLM runs every decode row through "
+                "fused_sigmoid_gating_delta_rule_update; mixed steps are left to vLLM)"
+            )
+        return action
+
     def summary(self) -> str:
+        """The one log line: build, configuration, action, process."""
         build = "vLLM not found"
         if self.guard is not None and self.guard.installed is not None:
             build = f"vLLM {self.guard.installed.describe()}"
-        if self.config.mode is Mode.OFF:
-            action = "nothing patched (mode off)"
-        elif self.refusal is not None:
-            action = f"nothing patched: {self.refusal}"
-        else:
-            verb = "patched" if self.applied else "would patch"
-            action = f"{verb} " + ", ".join(p.name for p in self.patches)
         proc = f"pid {os.getpid()} {multiprocessing.current_process().name}"
-        return f"gdn_invariant: {build}, {self.config.describe()}; {action} [{proc}]"
+        return f"gdn_invariant: {build}, {self.config.describe()}; {self.action()} [{proc}]"
 
 
 def plan(config: PluginConfig | None = None) -> PluginStatus:

@@ -1,0 +1,39 @@
+"""``python -m vllm_gdn_invariant demo``: vLLM offline (``LLM``) with the plugin, on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+
+def test_demo_runs_offline_with_the_plugin_and_reports_the_target(tmp_path):
+    report_path = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_GDN_INVARIANT")}
+    env.pop("VLLM_PLUGINS", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_gdn_invariant", "demo", "--max-tokens", "6",
+         "--json", str(report_path)],
+        env={**env, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=900,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-5000:]
+    for phase in range(1, 6):
+        assert f"[demo {phase}/5]" in proc.stdout
+    assert "== gdn_invariant demo report ==" in proc.stdout
+    patched = [
+        line for line in output.splitlines()
+        if "gdn_invariant: vLLM" in line and "patched QwenGatedDeltaNetAttention" in line
+    ]
+    assert any("EngineCore" in line for line in patched), output[-3000:]
+    assert any("VllmWorker" in line for line in patched), output[-3000:]
+    report = json.loads(report_path.read_text())
+    assert len(report["alone"]["token_ids"]) == 6
+    assert len(report["batched"]["token_ids"]) == 6
+    # On CPU vLLM runs the GDN layer through forward_cpu, which is batch-invariant here.
+    assert report["tokens_identical"] and report["logprobs_identical"], report
