@@ -1,0 +1,328 @@
+"""Drive vLLM's real ``QwenGatedDeltaNetAttention._forward_core`` outside an engine.
+
+A layer object of vLLM's class (no weights loaded, no ``__init__``) with synthetic
+parameters and caches, and attention metadata from vLLM's real ``GDNAttentionMetadataBuilder``
+for any composition of decode rows and prefills. Used by the GPU evidence scripts, the GPU
+tests, and (with the kernels replaced by the goldens) the CPU routing tests.
+
+Request ``i`` of a step owns state block ``i + 1``; decode rows come first, as vLLM's
+scheduler orders them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+PREFIX = "model.layers.0.linear_attn"
+BLOCK_SIZE = 16
+CONTEXT_OF_DECODES = 63
+CONTEXT_OF_CONTINUED_PREFILLS = 50
+
+
+@dataclass(frozen=True)
+class LayerDims:
+    num_k_heads: int = 16
+    num_v_heads: int = 32
+    head_k_dim: int = 128
+    head_v_dim: int = 128
+    conv_width: int = 4
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+
+
+QWEN3_NEXT_DIMS = LayerDims(16, 32)
+QWEN3_NEXT_TP4_DIMS = LayerDims(4, 8)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a step: ``query_len`` new tokens after ``context`` computed ones."""
+
+    query_len: int
+    context: int
+
+    @property
+    def seq_len(self) -> int:
+        return self.query_len + self.context
+
+    @property
+    def is_decode(self) -> bool:
+        return self.query_len == 1 and self.context > 0
+
+
+def step_requests(num_decodes: int, prefill_lens: Sequence[int], fresh: bool) -> list[Request]:
+    context = 0 if fresh else CONTEXT_OF_CONTINUED_PREFILLS
+    return [Request(1, CONTEXT_OF_DECODES)] * num_decodes + [
+        Request(n, context) for n in prefill_lens
+    ]
+
+
+def make_vllm_config(
+    dims: LayerDims,
+    state_dtype: torch.dtype,
+    *,
+    max_num_seqs: int = 512,
+    max_num_batched_tokens: int = 16384,
+    prefill_backend: str = "triton",
+):
+    """A VllmConfig for a tiny Qwen3-Next whose GDN layers have ``dims``."""
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+
+    folder = Path(tempfile.mkdtemp(prefix="gdn_harness_"))
+    config = {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "vocab_size": 1024,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "full_attention_interval": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "linear_conv_kernel_dim": dims.conv_width,
+        "linear_key_head_dim": dims.head_k_dim,
+        "linear_value_head_dim": dims.head_v_dim,
+        "linear_num_key_heads": dims.num_k_heads,
+        "linear_num_value_heads": dims.num_v_heads,
+        "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 128,
+        "num_experts_per_tok": 2,
+        "num_experts": 4,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "bfloat16",
+        "rms_norm_eps": 1e-6,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    max_len = 32768
+    model_config = ModelConfig(
+        model=str(folder), dtype="bfloat16", skip_tokenizer_init=True, max_model_len=max_len
+    )
+    cache_config = CacheConfig(
+        block_size=BLOCK_SIZE,
+        mamba_ssm_cache_dtype=str(state_dtype).removeprefix("torch."),
+        enable_prefix_caching=False,
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_len,
+        is_encoder_decoder=False,
+    )
+    vllm_config = VllmConfig(
+        model_config=model_config, cache_config=cache_config, scheduler_config=scheduler_config
+    )
+    vllm_config.additional_config = {"gdn_prefill_backend": prefill_backend}
+    return vllm_config
+
+
+def common_metadata(
+    requests: Sequence[Request], device: torch.device, blocks: Sequence[int] | None = None
+):
+    """vLLM's CommonAttentionMetadata for ``requests``; request ``i`` owns ``blocks[i]``."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    query_lens = [r.query_len for r in requests]
+    seq_lens = [r.seq_len for r in requests]
+    qsl = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
+    n = len(requests)
+    blocks = list(range(1, n + 1)) if blocks is None else list(blocks)
+    names = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    extra = {}
+    if "seq_lens_cpu_upper_bound" in names:
+        extra["seq_lens_cpu_upper_bound"] = torch.tensor(seq_lens, dtype=torch.int32)
+    if "is_prefilling" in names:
+        extra["is_prefilling"] = torch.tensor([not r.is_decode for r in requests])
+    return CommonAttentionMetadata(
+        **extra,
+        query_start_loc=qsl.to(device),
+        query_start_loc_cpu=qsl,
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        num_reqs=n,
+        num_actual_tokens=int(qsl[-1]),
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        block_table_tensor=torch.tensor(blocks, dtype=torch.int32, device=device).reshape(n, 1),
+        slot_mapping=torch.zeros(int(qsl[-1]), dtype=torch.int64, device=device),
+    )
+
+
+def build_metadata(
+    vllm_config,
+    requests: Sequence[Request],
+    device: torch.device,
+    blocks: Sequence[int] | None = None,
+):
+    """GDN attention metadata for ``requests`` from vLLM's own builder."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    spec = MambaSpec(block_size=BLOCK_SIZE, shapes=((16, 64),), dtypes=(torch.float16,))
+    with set_current_vllm_config(vllm_config):
+        builder = GDNAttentionMetadataBuilder(
+            kv_cache_spec=spec, layer_names=[PREFIX], vllm_config=vllm_config, device=device
+        )
+        return builder.build(
+            common_prefix_len=0, common_attn_metadata=common_metadata(requests, device, blocks)
+        )
+
+
+@dataclass
+class LayerState:
+    """Parameters and caches of one synthetic GDN layer."""
+
+    A_log: torch.Tensor
+    dt_bias: torch.Tensor
+    conv_weight: torch.Tensor  # [conv_dim, 1, W], as vLLM stores it
+    conv_state: torch.Tensor  # vLLM's cache layout
+    ssm_state: torch.Tensor  # [blocks, HV, V, K]
+
+    def clone(self) -> LayerState:
+        return LayerState(*(t.clone() for t in dataclasses.astuple(self)))
+
+
+def make_layer_state(
+    dims: LayerDims,
+    state_dtype: torch.dtype,
+    num_blocks: int,
+    device: torch.device,
+    generator: torch.Generator,
+) -> LayerState:
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
+
+    conv_shape, ssm_shape = MambaStateShapeCalculator.gated_delta_net_state_shape(
+        1, dims.num_k_heads, dims.num_v_heads, dims.head_k_dim, dims.head_v_dim,
+        dims.conv_width, 0,
+    )
+
+    def randn(*shape, dtype=torch.float32, scale=1.0):
+        t = torch.randn(*shape, generator=generator, dtype=torch.float32) * scale
+        return t.to(dtype=dtype, device=device)
+
+    return LayerState(
+        A_log=randn(dims.num_v_heads, scale=0.5),
+        dt_bias=randn(dims.num_v_heads, scale=0.5),
+        conv_weight=randn(dims.conv_dim, 1, dims.conv_width, dtype=torch.bfloat16, scale=0.3),
+        conv_state=randn(num_blocks, *conv_shape, dtype=torch.bfloat16, scale=0.3),
+        ssm_state=randn(num_blocks, *ssm_shape, dtype=state_dtype, scale=0.05),
+    )
+
+
+def step_inputs(
+    dims: LayerDims, num_tokens: int, device: torch.device, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mixed_qkv, b, a) for ``num_tokens`` rows, bf16."""
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).to(torch.bfloat16).to(device)
+
+    return (
+        randn(num_tokens, dims.conv_dim),
+        randn(num_tokens, dims.num_v_heads),
+        randn(num_tokens, dims.num_v_heads),
+    )
+
+
+def make_layer(
+    vllm_config, dims: LayerDims, state: LayerState, *, gqa_interleaved_layout: bool
+):
+    """A ``QwenGatedDeltaNetAttention`` over ``state`` (its caches are used in place)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
+
+    layer = object.__new__(qwen.QwenGatedDeltaNetAttention)
+    torch.nn.Module.__init__(layer)
+    attrs = dict(
+        prefix=PREFIX,
+        enable_packed_recurrent_decode=True,
+        tp_size=1,
+        num_k_heads=dims.num_k_heads,
+        num_v_heads=dims.num_v_heads,
+        head_k_dim=dims.head_k_dim,
+        head_v_dim=dims.head_v_dim,
+        key_dim=dims.num_k_heads * dims.head_k_dim,
+        value_dim=dims.num_v_heads * dims.head_v_dim,
+        activation="silu",
+        gqa_interleaved_layout=gqa_interleaved_layout,
+        qkvz_layout="interleaved" if gqa_interleaved_layout else "flat",
+        conv1d=types.SimpleNamespace(weight=state.conv_weight, bias=None),
+        kv_cache=(state.conv_state, state.ssm_state),
+        _prefill_kernels_warmed_up=True,
+    )
+    for name, value in attrs.items():
+        object.__setattr__(layer, name, value)
+    object.__setattr__(layer, "A_log", state.A_log)
+    object.__setattr__(layer, "dt_bias", state.dt_bias)
+    with set_current_vllm_config(vllm_config):
+        chunk = qwen.ChunkGatedDeltaRule()
+    object.__setattr__(layer, "chunk_gated_delta_rule", chunk)
+    object.__setattr__(layer, "gdn_prefill_backend", chunk.gdn_prefill_backend)
+    return layer
+
+
+def run_core(
+    layer,
+    vllm_config,
+    attn_metadata,
+    mixed_qkv: torch.Tensor,
+    b: torch.Tensor,
+    a: torch.Tensor,
+    *,
+    method: str = "_forward_core",
+) -> torch.Tensor:
+    """Run ``layer.<method>`` on one step; return ``core_attn_out`` (poisoned with NaN first)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
+
+    out = torch.full(
+        (mixed_qkv.shape[0], layer.num_v_heads, layer.head_v_dim),
+        float("nan"),
+        dtype=torch.bfloat16,
+        device=mixed_qkv.device,
+    )
+    context = types.SimpleNamespace(attn_metadata={PREFIX: attn_metadata})
+    targets = [qwen, *_routing_modules()]
+    with set_current_vllm_config(vllm_config), _patched_context(targets, context):
+        getattr(layer, method)(
+            mixed_qkv=mixed_qkv.clone(), b=b.clone(), a=a.clone(), core_attn_out=out
+        )
+    return out
+
+
+def _routing_modules() -> list[types.ModuleType]:
+    from vllm_gdn_invariant.patches import routing
+
+    return [routing]
+
+
+class _patched_context:
+    """Make ``get_forward_context()`` return ``context`` in each module of ``modules``."""
+
+    def __init__(self, modules, context) -> None:
+        self._patches = [
+            mock.patch.object(m, "get_forward_context", return_value=context)
+            for m in modules
+            if hasattr(m, "get_forward_context")
+        ]
+
+    def __enter__(self):
+        for p in self._patches:
+            p.start()
+        return self
+
+    def __exit__(self, *exc):
+        for p in reversed(self._patches):
+            p.stop()
+        return False
