@@ -11,6 +11,7 @@ scheduler orders them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import tempfile
@@ -51,20 +52,18 @@ class Request:
 
     query_len: int
     context: int
+    prefilling: bool
 
     @property
     def seq_len(self) -> int:
         return self.query_len + self.context
 
-    @property
-    def is_decode(self) -> bool:
-        return self.query_len == 1 and self.context > 0
-
 
 def step_requests(num_decodes: int, prefill_lens: Sequence[int], fresh: bool) -> list[Request]:
+    """Decode rows first, then prefills (fresh: no context; else a continued chunk)."""
     context = 0 if fresh else CONTEXT_OF_CONTINUED_PREFILLS
-    return [Request(1, CONTEXT_OF_DECODES)] * num_decodes + [
-        Request(n, context) for n in prefill_lens
+    return [Request(1, CONTEXT_OF_DECODES, False)] * num_decodes + [
+        Request(n, context, True) for n in prefill_lens
     ]
 
 
@@ -143,7 +142,7 @@ def common_metadata(
     if "seq_lens_cpu_upper_bound" in names:
         extra["seq_lens_cpu_upper_bound"] = torch.tensor(seq_lens, dtype=torch.int32)
     if "is_prefilling" in names:
-        extra["is_prefilling"] = torch.tensor([not r.is_decode for r in requests])
+        extra["is_prefilling"] = torch.tensor([r.prefilling for r in requests])
     return CommonAttentionMetadata(
         **extra,
         query_start_loc=qsl.to(device),
@@ -203,8 +202,13 @@ def make_layer_state(
     from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
 
     conv_shape, ssm_shape = MambaStateShapeCalculator.gated_delta_net_state_shape(
-        1, dims.num_k_heads, dims.num_v_heads, dims.head_k_dim, dims.head_v_dim,
-        dims.conv_width, 0,
+        1,
+        dims.num_k_heads,
+        dims.num_v_heads,
+        dims.head_k_dim,
+        dims.head_v_dim,
+        dims.conv_width,
+        0,
     )
 
     def randn(*shape, dtype=torch.float32, scale=1.0):
@@ -235,9 +239,7 @@ def step_inputs(
     )
 
 
-def make_layer(
-    vllm_config, dims: LayerDims, state: LayerState, *, gqa_interleaved_layout: bool
-):
+def make_layer(vllm_config, dims: LayerDims, state: LayerState, *, gqa_interleaved_layout: bool):
     """A ``QwenGatedDeltaNetAttention`` over ``state`` (its caches are used in place)."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
@@ -272,6 +274,24 @@ def make_layer(
     return layer
 
 
+@contextlib.contextmanager
+def patched_forward_context(vllm_config, attn_metadata: dict):
+    """vLLM's current config set, and ``get_forward_context()`` answering ``attn_metadata``."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
+
+    from vllm_gdn_invariant.patches import routing
+
+    context = types.SimpleNamespace(attn_metadata=attn_metadata)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(set_current_vllm_config(vllm_config))
+        for module in (qwen, routing):
+            stack.enter_context(
+                mock.patch.object(module, "get_forward_context", return_value=context)
+            )
+        yield context
+
+
 def run_core(
     layer,
     vllm_config,
@@ -283,46 +303,14 @@ def run_core(
     method: str = "_forward_core",
 ) -> torch.Tensor:
     """Run ``layer.<method>`` on one step; return ``core_attn_out`` (poisoned with NaN first)."""
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
-
     out = torch.full(
         (mixed_qkv.shape[0], layer.num_v_heads, layer.head_v_dim),
         float("nan"),
         dtype=torch.bfloat16,
         device=mixed_qkv.device,
     )
-    context = types.SimpleNamespace(attn_metadata={PREFIX: attn_metadata})
-    targets = [qwen, *_routing_modules()]
-    with set_current_vllm_config(vllm_config), _patched_context(targets, context):
+    with patched_forward_context(vllm_config, {PREFIX: attn_metadata}):
         getattr(layer, method)(
             mixed_qkv=mixed_qkv.clone(), b=b.clone(), a=a.clone(), core_attn_out=out
         )
     return out
-
-
-def _routing_modules() -> list[types.ModuleType]:
-    from vllm_gdn_invariant.patches import routing
-
-    return [routing]
-
-
-class _patched_context:
-    """Make ``get_forward_context()`` return ``context`` in each module of ``modules``."""
-
-    def __init__(self, modules, context) -> None:
-        self._patches = [
-            mock.patch.object(m, "get_forward_context", return_value=context)
-            for m in modules
-            if hasattr(m, "get_forward_context")
-        ]
-
-    def __enter__(self):
-        for p in self._patches:
-            p.start()
-        return self
-
-    def __exit__(self, *exc):
-        for p in reversed(self._patches):
-            p.stop()
-        return False

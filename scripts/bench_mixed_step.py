@@ -1,0 +1,119 @@
+"""Time the GDN core of a mixed step, routed vs vLLM's own, in one run (GPU).
+
+Usage: python scripts/bench_mixed_step.py --out FILE.json
+
+For 64 and 256 decode rows beside 2k and 8k prefill tokens (Qwen3-Next dims H=16, HV=32,
+K=V=128; fp32 and bf16 state) it times ``_forward_core`` (routed) and
+``_forward_core_upstream`` (vLLM's) on the same layer and metadata with
+``triton.testing.do_bench`` (median), and the once-per-step cost of building the split
+metadata. It prints the ratio routed / upstream; below 1.0 the routed step is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import triton
+
+from vllm_gdn_invariant.harness.layer import (
+    PREFIX,
+    QWEN3_NEXT_DIMS,
+    build_metadata,
+    make_layer,
+    make_layer_state,
+    make_vllm_config,
+    patched_forward_context,
+    step_inputs,
+    step_requests,
+)
+from vllm_gdn_invariant.harness.provenance import provenance
+from vllm_gdn_invariant.patches import routing
+
+GDN_LAYERS_QWEN3_NEXT_80B = 36
+CASES = [(64, 2048), (64, 8192), (256, 2048), (256, 8192)]
+
+
+def bench_case(vllm_config, state_dtype, decodes, prefill_tokens, device):
+    dims = QWEN3_NEXT_DIMS
+    g = torch.Generator().manual_seed(decodes + prefill_tokens)
+    prefills = [prefill_tokens // 2, prefill_tokens - prefill_tokens // 2]
+    requests = step_requests(decodes, prefills, fresh=False)
+    num_tokens = decodes + prefill_tokens
+    state = make_layer_state(dims, state_dtype, len(requests) + 2, device, g)
+    x, b, a = step_inputs(dims, num_tokens, device, g)
+    layer = make_layer(vllm_config, dims, state, gqa_interleaved_layout=True)
+    meta = build_metadata(vllm_config, requests, device)
+    out = torch.empty(
+        num_tokens, dims.num_v_heads, dims.head_v_dim, dtype=torch.bfloat16, device=device
+    )
+
+    def call(method):
+        return lambda: getattr(layer, method)(mixed_qkv=x, b=b, a=a, core_attn_out=out)
+
+    def split_once():
+        meta.__dict__.pop(routing.GDN_INVARIANT_SPLIT_ATTR, None)
+        routing.gdn_invariant_split_mixed_step(meta)
+
+    with patched_forward_context(vllm_config, {PREFIX: meta}):
+        timings = {}
+        for name, fn in (
+            ("upstream", call("_forward_core_upstream")),
+            ("routed", call("_forward_core")),
+            ("split_build", split_once),
+            ("upstream_again", call("_forward_core_upstream")),
+        ):
+            timings[name] = (
+                triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
+            )
+    upstream = (timings["upstream"] + timings["upstream_again"]) / 2
+    per_step = (GDN_LAYERS_QWEN3_NEXT_80B * timings["routed"] + timings["split_build"]) / (
+        GDN_LAYERS_QWEN3_NEXT_80B * upstream
+    )
+    return {
+        "decodes": decodes,
+        "prefill_tokens": prefill_tokens,
+        "state_dtype": str(state_dtype).removeprefix("torch."),
+        "upstream_us": round(timings["upstream"], 1),
+        "upstream_again_us": round(timings["upstream_again"], 1),
+        "routed_us": round(timings["routed"], 1),
+        "split_build_us": round(timings["split_build"], 1),
+        "ratio_routed_over_upstream": round(timings["routed"] / upstream, 3),
+        "ratio_per_step_36_layers": round(per_step, 3),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    from vllm_gdn_invariant.plugin import entry
+
+    os.environ["VLLM_GDN_INVARIANT_STRICT"] = "1"
+    entry.register()
+    device = torch.device("cuda")
+    rows = []
+    print(
+        f"{'dec':>4} {'prefill':>7} {'state':>8} {'upstream us':>11} {'routed us':>9} "
+        f"{'split us':>8} {'ratio':>6} {'per step':>8}"
+    )
+    for state_dtype in (torch.float32, torch.bfloat16):
+        vllm_config = make_vllm_config(QWEN3_NEXT_DIMS, state_dtype)
+        for decodes, prefill_tokens in CASES:
+            r = bench_case(vllm_config, state_dtype, decodes, prefill_tokens, device)
+            rows.append(r)
+            print(
+                f"{decodes:>4} {prefill_tokens:>7} {r['state_dtype']:>8} "
+                f"{r['upstream_us']:>11} {r['routed_us']:>9} {r['split_build_us']:>8} "
+                f"{r['ratio_routed_over_upstream']:>6} {r['ratio_per_step_36_layers']:>8}",
+                flush=True,
+            )
+    json.dump({"provenance": provenance(), "cases": rows}, open(args.out, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Decode rows alone vs. in mixed steps through vLLM's real _forward_core (GPU evidence).
+
+Usage, on the GPU machine (vLLM's Python code importable):
+    python scripts/mixed_step_invariance.py --out FILE.json                 # with the plugin
+    python scripts/mixed_step_invariance.py --out FILE.json \\
+        --patched-file build/patched/vllm-0.30.0/qwen_gdn_linear_attn.py    # with patches/
+    python scripts/mixed_step_invariance.py --merge A.json B.json --out docs/evidence/...
+
+For every case (Qwen3-Next and TP4 per-rank head counts, fp32 and bf16 state, both
+``gqa_interleaved_layout`` values, the compositions of harness/mixed_step.py) it writes two
+rows, ``plugin: true`` (the routed method) and ``plugin: false`` (vLLM's own), with integer
+counts of differing elements; see vllm_gdn_invariant/harness/mixed_step.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+import time
+
+import torch
+
+from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS, QWEN3_NEXT_TP4_DIMS, make_vllm_config
+from vllm_gdn_invariant.harness.mixed_step import all_cases, run_case
+from vllm_gdn_invariant.harness.provenance import provenance
+from vllm_gdn_invariant.plugin.versions import QWEN_GDN_MODULE
+
+COUNTS = ("out_differ", "state_differ", "conv_differ", "following_out_differ")
+
+
+def load_patched_module(path: str) -> None:
+    """Import the patched file in place of vLLM's qwen_gdn_linear_attn."""
+    parent_name, _, leaf = QWEN_GDN_MODULE.rpartition(".")
+    parent = importlib.import_module(parent_name)
+    assert QWEN_GDN_MODULE not in sys.modules, "vLLM's module was imported before the patch"
+    spec = importlib.util.spec_from_file_location(QWEN_GDN_MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[QWEN_GDN_MODULE] = module
+    spec.loader.exec_module(module)
+    setattr(parent, leaf, module)
+
+
+def install(args) -> str:
+    if args.patched_file:
+        load_patched_module(args.patched_file)
+        return "patched-source"
+    import os
+
+    from vllm_gdn_invariant.plugin import entry
+
+    os.environ["VLLM_GDN_INVARIANT_STRICT"] = "1"
+    entry.register()
+    assert entry.registered_status().applied
+    return "plugin"
+
+
+def merge(paths: list[str], out: str) -> None:
+    runs, cases = [], []
+    for path in paths:
+        data = json.load(open(path))
+        runs.append(data["provenance"])
+        cases.extend(data["cases"])
+    json.dump({"provenance": {"runs": runs}, "cases": cases}, open(out, "w"), indent=1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--patched-file")
+    parser.add_argument("--quick", action="store_true", help="TP4 dims and fp32 only")
+    parser.add_argument("--merge", nargs="+")
+    args = parser.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        return 0
+    impl = install(args)
+    import vllm
+
+    device = torch.device("cuda")
+    dims_list = [QWEN3_NEXT_TP4_DIMS] if args.quick else [QWEN3_NEXT_DIMS, QWEN3_NEXT_TP4_DIMS]
+    dtypes = [torch.float32] if args.quick else [torch.float32, torch.bfloat16]
+    configs = {}
+    cases, failures = [], []
+    start = time.time()
+    for dims, state_dtype, layout, comp in all_cases(dims_list, dtypes):
+        key = (dims, state_dtype)
+        if key not in configs:
+            configs[key] = make_vllm_config(dims, state_dtype)
+        try:
+            result = run_case(
+                configs[key], dims, state_dtype, comp, gqa_interleaved_layout=layout, device=device
+            )
+        except Exception as exc:  # noqa: BLE001 - recorded in the evidence, not hidden
+            failures.append(
+                {
+                    "case": [dims.num_k_heads, str(state_dtype), layout, str(comp)],
+                    "error": repr(exc)[:500],
+                }
+            )
+            print("FAILED", dims, state_dtype, layout, comp, repr(exc)[:300], flush=True)
+            continue
+        for row in (result["routed"], result["upstream"]):
+            row.update(vllm=vllm.__version__, impl=impl)
+            cases.append(row)
+        r, u = result["routed"], result["upstream"]
+        print(
+            f"H={dims.num_k_heads} {str(state_dtype)[6:]:8} interleaved={int(layout)} "
+            f"{comp.decodes:>2}d {list(comp.prefills)} fresh={int(comp.fresh_prefill)} | "
+            f"plugin "
+            + " ".join(str(r[c]) for c in COUNTS)
+            + f" prefill {r['prefill_out_differ_vs_unpatched']}"
+            f"/{r['prefill_state_differ_vs_unpatched']}/{r['prefill_conv_differ_vs_unpatched']}"
+            f" | upstream " + " ".join(str(u[c]) for c in COUNTS),
+            flush=True,
+        )
+    data = {
+        "provenance": provenance(
+            impl=impl, seconds=round(time.time() - start, 1), failures=failures
+        ),
+        "cases": cases,
+    }
+    json.dump(data, open(args.out, "w"), indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

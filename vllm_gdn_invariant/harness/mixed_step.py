@@ -1,0 +1,148 @@
+"""One mixed-step invariance case: decode rows alone vs. the same rows beside prefills.
+
+For a composition (decode rows, prefill lengths, fresh or continued prefills) it runs, from
+the same caches and inputs:
+
+* the decode rows alone, a decode-only step (``_forward_core``);
+* the whole mixed step through ``_forward_core`` (the routed method when patched);
+* the whole mixed step through ``_forward_core_upstream`` (vLLM's own method);
+* 16 following decode-only steps from each resulting state,
+
+and counts differing elements (bitwise; an output row nobody wrote stays NaN and counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from vllm_gdn_invariant.harness.layer import (
+    LayerDims,
+    LayerState,
+    build_metadata,
+    make_layer,
+    make_layer_state,
+    run_core,
+    step_inputs,
+    step_requests,
+)
+
+FOLLOWING_DECODE_STEPS = 16
+
+
+@dataclass(frozen=True)
+class Composition:
+    decodes: int
+    prefills: tuple[int, ...]
+    fresh_prefill: bool
+
+
+COMPOSITIONS = (
+    Composition(1, (37,), True),
+    Composition(4, (37, 300), True),
+    Composition(33, (1000,), False),
+    Composition(4, (64,), False),
+    Composition(1, (1, 300), True),
+    Composition(33, (1, 37, 64, 300, 1000), False),
+    Composition(4, (1000, 64), True),
+)
+
+
+def differ(x: torch.Tensor, y: torch.Tensor) -> int:
+    """Elements whose bits differ (NaN never equals itself, so unwritten rows count)."""
+    return int(
+        (
+            x.view(torch.int16 if x.element_size() == 2 else torch.int32)
+            != y.view(torch.int16 if y.element_size() == 2 else torch.int32)
+        ).sum()
+    )
+
+
+def run_case(
+    vllm_config,
+    dims: LayerDims,
+    state_dtype: torch.dtype,
+    composition: Composition,
+    *,
+    gqa_interleaved_layout: bool,
+    device: torch.device,
+    seed: int = 0,
+) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    requests = step_requests(composition.decodes, composition.prefills, composition.fresh_prefill)
+    num_tokens = sum(r.query_len for r in requests)
+    d = composition.decodes
+    state0 = make_layer_state(dims, state_dtype, len(requests) + 2, device, g)
+    inputs = step_inputs(dims, num_tokens, device, g)
+    follow = [step_inputs(dims, d, device, g) for _ in range(FOLLOWING_DECODE_STEPS)]
+    decode_meta = build_metadata(vllm_config, requests[:d], device)
+    mixed_meta = build_metadata(vllm_config, requests, device)
+
+    def step(state: LayerState, meta, x, method="_forward_core") -> torch.Tensor:
+        layer = make_layer(vllm_config, dims, state, gqa_interleaved_layout=gqa_interleaved_layout)
+        return run_core(layer, vllm_config, meta, *x, method=method)
+
+    def follow_up(state: LayerState) -> list[torch.Tensor]:
+        return [step(state, decode_meta, x) for x in follow]
+
+    alone, routed, upstream = state0.clone(), state0.clone(), state0.clone()
+    out_alone = step(alone, decode_meta, tuple(t[:d] for t in inputs))
+    out_routed = step(routed, mixed_meta, inputs)
+    out_upstream = step(upstream, mixed_meta, inputs, method="_forward_core_upstream")
+    dec, pre = slice(1, d + 1), slice(d + 1, len(requests) + 1)
+    after_alone, after_routed, after_upstream = (
+        follow_up(alone),
+        follow_up(routed),
+        follow_up(upstream),
+    )
+    base = {
+        **{k: v for k, v in asdict(composition).items()},
+        "prefills": list(composition.prefills),
+        "state_dtype": str(state_dtype).removeprefix("torch."),
+        "H": dims.num_k_heads,
+        "HV": dims.num_v_heads,
+        "gqa_interleaved_layout": gqa_interleaved_layout,
+        "builder_num_decodes": mixed_meta.num_decodes,
+        "builder_num_prefills": mixed_meta.num_prefills,
+        "decode_out_elements": out_alone.numel(),
+        "decode_state_elements": alone.ssm_state[dec].numel(),
+    }
+
+    def counts(out, state: LayerState, after) -> dict:
+        return {
+            "out_differ": differ(out[:d], out_alone),
+            "state_differ": differ(state.ssm_state[dec], alone.ssm_state[dec]),
+            "conv_differ": differ(state.conv_state[dec], alone.conv_state[dec]),
+            "following_out_differ": sum(
+                differ(x, y) for x, y in zip(after, after_alone, strict=True)
+            ),
+        }
+
+    routed_row = {
+        **base,
+        "plugin": True,
+        **counts(out_routed, routed, after_routed),
+        "prefill_out_differ_vs_unpatched": differ(out_routed[d:], out_upstream[d:]),
+        "prefill_state_differ_vs_unpatched": differ(routed.ssm_state[pre], upstream.ssm_state[pre]),
+        "prefill_conv_differ_vs_unpatched": differ(
+            routed.conv_state[pre], upstream.conv_state[pre]
+        ),
+        "unwritten_out_rows": int(out_routed[:num_tokens].isnan().any(-1).any(-1).sum()),
+    }
+    upstream_row = {**base, "plugin": False, **counts(out_upstream, upstream, after_upstream)}
+    return {"routed": routed_row, "upstream": upstream_row}
+
+
+def all_cases(
+    dims_list: Sequence[LayerDims],
+    state_dtypes: Sequence[torch.dtype],
+    layouts: Sequence[bool] = (True, False),
+    compositions: Sequence[Composition] = COMPOSITIONS,
+):
+    for dims in dims_list:
+        for state_dtype in state_dtypes:
+            for layout in layouts:
+                for composition in compositions:
+                    yield dims, state_dtype, layout, composition

@@ -1,0 +1,73 @@
+"""Where a piece of evidence came from: commit, versions, device, numeric environment knobs."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMERIC_KNOBS = (
+    "FLA_USE_FAST_OPS",
+    "TRITON_DEFAULT_FP_FUSION",
+    "VLLM_BATCH_INVARIANT",
+    "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE",
+    "VLLM_GDN_DECODE_KERNEL",
+)
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout; ``GDN_INVARIANT_GIT_COMMIT``/``_DIRTY`` where no .git."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return commit, bool(status.strip())
+    except (OSError, subprocess.CalledProcessError):
+        commit = os.environ.get("GDN_INVARIANT_GIT_COMMIT")
+        dirty = os.environ.get("GDN_INVARIANT_GIT_DIRTY")
+        return commit, None if dirty is None else dirty == "1"
+
+
+def provenance(**extra: object) -> dict:
+    commit, dirty = git_state()
+    try:
+        import vllm
+
+        vllm_version = vllm.__version__
+    except ImportError:
+        vllm_version = None
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    cuda = torch.cuda.is_available()
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "vllm": vllm_version,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": triton_version,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "capability": list(torch.cuda.get_device_capability()) if cuda else None,
+        "env": {k: os.environ.get(k) for k in NUMERIC_KNOBS},
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **extra,
+    }
