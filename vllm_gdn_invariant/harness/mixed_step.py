@@ -9,6 +9,8 @@ the same caches and inputs:
 * 16 following decode-only steps from each resulting state,
 
 and counts differing elements (bitwise; an output row nobody wrote stays NaN and counts).
+"Decode rows" are the rows vLLM's builder counts as decodes: a one-token prefill chunk after
+context (and, in 0.30, a one-token fresh prompt) is one, and is routed like any decode row.
 """
 
 from __future__ import annotations
@@ -73,30 +75,34 @@ def run_case(
     g = torch.Generator().manual_seed(seed)
     requests = step_requests(composition.decodes, composition.prefills, composition.fresh_prefill)
     num_tokens = sum(r.query_len for r in requests)
-    d = composition.decodes
     state0 = make_layer_state(dims, state_dtype, len(requests) + 2, device, g)
     inputs = step_inputs(dims, num_tokens, device, g)
-    follow = [step_inputs(dims, d, device, g) for _ in range(FOLLOWING_DECODE_STEPS)]
-    decode_meta = build_metadata(vllm_config, requests[:d], device)
     mixed_meta = build_metadata(vllm_config, requests, device)
+    # vLLM's builder decides which rows are decodes (a one-token chunk usually is one).
+    d = mixed_meta.num_decodes
+    decode_meta = build_metadata(vllm_config, requests[:d], device)
+    assert decode_meta.num_prefills == 0 and mixed_meta.num_decode_tokens == d
+    follow = [step_inputs(dims, d, device, g) for _ in range(FOLLOWING_DECODE_STEPS)]
+
+    alone, routed, upstream = state0.clone(), state0.clone(), state0.clone()
+    layers = {
+        id(s): make_layer(vllm_config, dims, s, gqa_interleaved_layout=gqa_interleaved_layout)
+        for s in (alone, routed, upstream)
+    }
 
     def step(state: LayerState, meta, x, method="_forward_core") -> torch.Tensor:
-        layer = make_layer(vllm_config, dims, state, gqa_interleaved_layout=gqa_interleaved_layout)
-        return run_core(layer, vllm_config, meta, *x, method=method)
+        return run_core(layers[id(state)], vllm_config, meta, *x, method=method)
 
     def follow_up(state: LayerState) -> list[torch.Tensor]:
         return [step(state, decode_meta, x) for x in follow]
 
-    alone, routed, upstream = state0.clone(), state0.clone(), state0.clone()
     out_alone = step(alone, decode_meta, tuple(t[:d] for t in inputs))
     out_routed = step(routed, mixed_meta, inputs)
     out_upstream = step(upstream, mixed_meta, inputs, method="_forward_core_upstream")
     dec, pre = slice(1, d + 1), slice(d + 1, len(requests) + 1)
-    after_alone, after_routed, after_upstream = (
-        follow_up(alone),
-        follow_up(routed),
-        follow_up(upstream),
-    )
+    after_alone = follow_up(alone)
+    after_routed = follow_up(routed)
+    after_upstream = follow_up(upstream)
     base = {
         **{k: v for k, v in asdict(composition).items()},
         "prefills": list(composition.prefills),
@@ -104,7 +110,7 @@ def run_case(
         "H": dims.num_k_heads,
         "HV": dims.num_v_heads,
         "gqa_interleaved_layout": gqa_interleaved_layout,
-        "builder_num_decodes": mixed_meta.num_decodes,
+        "builder_num_decodes": d,
         "builder_num_prefills": mixed_meta.num_prefills,
         "decode_out_elements": out_alone.numel(),
         "decode_state_elements": alone.ssm_state[dec].numel(),
