@@ -140,3 +140,17 @@ def test_a_function_replaced_by_someone_else_is_not_patched_over():
     assert result["error"].startswith("PatchError: ")
     assert "not vLLM's own function" in result["error"]
     assert not result["patched"]
+
+
+def test_mode_golden_patches_like_route_and_says_the_kernels_are_missing():
+    result, stderr = run_register({"VLLM_GDN_INVARIANT_MODE": "golden"})
+    assert result["error"] is None and result["patched"]
+    (line,) = plugin_lines(stderr)
+    assert line.startswith("WARNING") and "golden-matched kernels are not in this release" in line
+
+
+def test_packed_decode_off_is_stated_in_the_log_line():
+    result, stderr = run_register({"VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE": "0"})
+    assert result["patched"]
+    (line,) = plugin_lines(stderr)
+    assert "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=0" in line and "left to vLLM" in line

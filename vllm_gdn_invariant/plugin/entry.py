@@ -67,6 +67,11 @@ class PluginStatus:
             return f"nothing patched: {self.refusal}"
         verb = "patched" if self.applied else "would patch"
         action = f"{verb} " + ", ".join(p.name for p in self.patches)
+        if self.config.mode is Mode.GOLDEN:
+            action += (
+                " (mode golden: the golden-matched kernels are not in this release, so decode"
+                " rows run vLLM's decode-only kernels exactly as in mode route)"
+            )
         if not self.packed_decode:
             action += (
                 f" ({PACKED_DECODE_ENV}=0: vLLM runs every decode row through "
@@ -129,7 +134,8 @@ def register() -> None:
             if status.will_patch:
                 apply_all(status.patches)
                 status = dataclasses.replace(status, applied=True)
-            logger.info(status.summary())
+            level = logging.WARNING if status.config.mode is Mode.GOLDEN else logging.INFO
+            logger.log(level, status.summary())
         _registered = status
 
 
