@@ -1,0 +1,1 @@
+"""CPU tests of the goldens (vllm_gdn_invariant.golden)."""

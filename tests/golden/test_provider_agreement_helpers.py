@@ -1,0 +1,205 @@
+"""CPU checks of scripts/provider_agreement.py: ULP distances, histograms, report shape.
+
+vLLM's kernels need CUDA; here they are replaced by stand-ins with the same call signature
+that run the golden (or the golden plus a known perturbation) in place.
+"""
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vllm_gdn_invariant.golden import conv_update, recurrent_step
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "provider_agreement.py"
+spec = importlib.util.spec_from_file_location("provider_agreement", SCRIPT)
+agreement = importlib.util.module_from_spec(spec)
+sys.modules["provider_agreement"] = agreement
+spec.loader.exec_module(agreement)
+
+SMALL = agreement.HeadLayout("small", H=2, HV=4, K=32, V=32)
+CPU = torch.device("cpu")
+
+
+def next_up(x: torch.Tensor, steps: int = 1) -> torch.Tensor:
+    for _ in range(steps):
+        x = torch.nextafter(x, torch.full_like(x, math.inf))
+    return x
+
+
+def test_ordered_bits_step_by_one_between_neighbours_and_merge_signed_zeros():
+    x = torch.tensor([-1.0, -0.0, 0.0, 1e-45, 1.0, 3.4e38], dtype=torch.float32)
+    ordered = agreement.ordered_bits(x)
+    assert ordered[1] == ordered[2] == 0
+    assert (agreement.ordered_bits(next_up(x)) - ordered)[[0, 3, 4, 5]].tolist() == [1, 1, 1, 1]
+    assert ordered[3] == 1  # the smallest subnormal is one step above zero
+
+
+def test_ulp_distance_of_known_pairs():
+    one = torch.tensor([1.0])
+    a = torch.tensor([1.0, 1.0, -1.0, 0.0, math.nan, math.nan, -1e-45, 2.0])
+    b = torch.cat(
+        [
+            next_up(one),
+            next_up(one, 3),
+            -next_up(one),
+            torch.tensor([-0.0, math.nan, 1.0, 1e-45]),
+            torch.nextafter(torch.tensor([2.0]), torch.tensor([0.0])),
+        ]
+    )
+    expected = [1, 3, 1, 0, 0, torch.iinfo(torch.int64).max, 2, 1]
+    assert agreement.ulp_distance(a, b).tolist() == expected
+
+
+def test_ulp_distance_counts_bf16_ulps():
+    a = torch.tensor([1.0, 1.0, -2.0], dtype=torch.bfloat16)
+    b = torch.tensor([1.0078125, 1.0234375, -2.015625], dtype=torch.bfloat16)  # +1, +3, +1 ULP
+    assert agreement.ulp_distance(a, b).tolist() == [1, 3, 1]
+
+
+def test_ulp_distance_refuses_mismatched_dtypes():
+    with pytest.raises(ValueError, match="cannot compare"):
+        agreement.ulp_distance(torch.zeros(2), torch.zeros(2, dtype=torch.bfloat16))
+
+
+def test_ulp_histogram_buckets():
+    base = torch.ones(11)
+    steps = [0, 1, 2, 3, 4, 5, 8, 9, 16, 17, 1000]
+    b = torch.stack([next_up(base[i : i + 1], s)[0] for i, s in enumerate(steps)])
+    histogram = agreement.ulp_histogram(base, b)
+    assert histogram == {"0": 1, "1": 1, "2": 1, "3-4": 2, "5-8": 2, "9-16": 2, ">16": 2}
+    assert list(histogram) == list(agreement.ULP_BUCKETS)
+
+
+def test_compare_counts_differing_bits_max_diff_and_nans():
+    a = torch.tensor([1.0, 0.0, 2.0, math.nan, 5.0])
+    b = torch.tensor([1.0, -0.0, 2.5, 1.0, 5.0])
+    stats = agreement.compare(a, b)
+    assert stats["elements_differing"] == 3  # -0 vs +0 differs in bits
+    assert stats["total_elements"] == 5
+    assert stats["max_abs_diff"] == 0.5
+    assert stats["nan_mismatches"] == 1
+    assert stats["ulp_histogram"]["0"] == 3 and stats["ulp_histogram"][">16"] == 2
+
+
+def golden_packed_decode(perturb: bool = False):
+    """A stand-in with vLLM's packed-decode signature: the golden, written in place."""
+
+    def packed_decode(
+        *,
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        scale,
+        initial_state,
+        out,
+        ssm_state_indices,
+        use_qk_l2norm_in_kernel,
+    ):
+        HV, V, K = initial_state.shape[1:]
+        H = (mixed_qkv.shape[1] - HV * V) // (2 * K)
+        o, state = recurrent_step(
+            mixed_qkv,
+            a,
+            b,
+            A_log,
+            dt_bias,
+            initial_state,
+            ssm_state_indices,
+            num_k_heads=H,
+            scale=scale,
+            use_qk_l2norm=use_qk_l2norm_in_kernel,
+        )
+        out.copy_(o)
+        initial_state.copy_(state)
+        if perturb:  # one state element one ULP up
+            block = int(ssm_state_indices[ssm_state_indices > 0][0])
+            initial_state[block, 0, 0, 0] = next_up(initial_state[block, 0, 0, 0])
+        return out, initial_state
+
+    return packed_decode
+
+
+def golden_causal_conv1d_update(
+    x, conv_state, weight, bias=None, activation=None, conv_state_indices=None, **_
+):
+    """A stand-in with vLLM's signature: in place on conv_state, inactive rows not written."""
+    out, state = conv_update(
+        x, conv_state, weight, conv_state_indices, bias=bias, activation=activation
+    )
+    conv_state.copy_(state)
+    rows = conv_state_indices > 0
+    x[rows] = out[rows]
+    return x
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_recurrent_case_of_an_exact_provider_reports_no_difference(state_dtype):
+    case = agreement.run_recurrent_case(golden_packed_decode(), SMALL, 17, state_dtype, 1, CPU)
+    assert case["out"]["elements_differing"] == 0
+    assert case["state"]["elements_differing"] == 0
+    assert case["state"]["total_elements"] == 15 * 4 * 32 * 32  # rows 1 and 8 inactive
+    assert case["inactive_rows"] == [1, 8]
+    assert case["untouched_blocks_equal"] == {"golden": True, "provider": True}
+
+
+def test_recurrent_case_reports_a_one_ulp_state_difference():
+    provider = golden_packed_decode(perturb=True)
+    case = agreement.run_recurrent_case(provider, SMALL, 4, torch.float32, 2, CPU)
+    assert case["state"]["elements_differing"] == 1
+    assert case["state"]["ulp_histogram"]["1"] == 1
+    assert case["state"]["ulp_histogram"]["0"] == case["state"]["total_elements"] - 1
+    assert case["out"]["elements_differing"] == 0
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
+def test_conv_case_of_an_exact_provider_reports_no_difference(cache_dtype):
+    case = agreement.run_conv_case(golden_causal_conv1d_update, SMALL, 17, cache_dtype, 3, CPU)
+    assert case["out_active_rows"]["elements_differing"] == 0
+    assert case["out_active_rows"]["total_elements"] == 15 * SMALL.conv_dim
+    assert case["state"]["elements_differing"] == 0
+    assert case["untouched_blocks_equal"] == {"golden": True, "provider": True}
+
+
+def test_report_is_strict_json_with_provenance():
+    providers = agreement.Providers(
+        golden_packed_decode(), golden_causal_conv1d_update, "stand-in", "stand-in"
+    )
+    report = agreement.build_report(providers, [SMALL], [1, 4], 0, CPU)
+    text = json.dumps(report, allow_nan=False)
+    assert json.loads(text)["schema"] == agreement.SCHEMA
+    assert len(report["recurrent"]) == len(report["conv"]) == 4
+    provenance = report["provenance"]
+    for key in (
+        "git_commit",
+        "git_dirty",
+        "vllm_version",
+        "torch_version",
+        "triton_version",
+        "device",
+        "python_version",
+        "timestamp_utc",
+    ):
+        assert key in provenance
+    assert set(provenance["env"]) == {"FLA_USE_FAST_OPS", "TRITON_DEFAULT_FP_FUSION"}
+
+
+def test_main_without_cuda_exits_with_status_2_and_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    target = tmp_path / "agreement.json"
+    assert agreement.main(["--out", str(target)]) == 2
+    assert not target.exists()
+
+
+def test_import_first_skips_missing_modules_but_not_broken_ones(monkeypatch, tmp_path):
+    assert agreement.import_first(("json.no_such_module", "json")).__name__ == "json"
+    (tmp_path / "broken_provider_module.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
+        agreement.import_first(("broken_provider_module", "json"))

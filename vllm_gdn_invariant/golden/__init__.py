@@ -1,0 +1,28 @@
+"""PyTorch goldens for the Gated DeltaNet decode step, with the cache-state contract.
+
+``recurrent_step`` (recurrent.py) and ``conv_update`` (conv.py) are out-of-place references for
+vLLM's packed recurrent decode kernel and causal-conv1d update. Their arithmetic is fixed
+op by op: every reduction uses ``fixed_order_sum`` (reduction.py), every transcendental the fp32
+IEEE sequences of elementary.py, so a row gives the same bits whatever else is in the batch and
+on CPU or CUDA. The state contract (indices, inactive rows, validation) is in contract.py.
+"""
+
+from .contract import ActiveRows, validate_state_indices
+from .conv import conv_update
+from .elementary import exp, log1p, sigmoid, silu, softplus, sqrt
+from .recurrent import recurrent_step
+from .reduction import fixed_order_sum
+
+__all__ = [
+    "ActiveRows",
+    "conv_update",
+    "exp",
+    "fixed_order_sum",
+    "log1p",
+    "recurrent_step",
+    "sigmoid",
+    "silu",
+    "softplus",
+    "sqrt",
+    "validate_state_indices",
+]
