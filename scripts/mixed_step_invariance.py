@@ -57,6 +57,15 @@ def install(args) -> str:
     return "plugin"
 
 
+def write(path, impl, start, failures, cases, complete=False) -> None:
+    """Write what is measured so far (a run cut short still leaves its cases)."""
+    meta = provenance(
+        impl=impl, seconds=round(time.time() - start, 1), failures=failures, complete=complete
+    )
+    with open(path, "w") as fh:
+        json.dump({"provenance": meta, "cases": cases}, fh, indent=1)
+
+
 def merge(paths: list[str], out: str) -> None:
     runs, cases = [], []
     for path in paths:
@@ -107,6 +116,7 @@ def main() -> int:
         for row in (result["routed"], result["upstream"]):
             row.update(vllm=vllm.__version__, impl=impl)
             cases.append(row)
+        write(args.out, impl, start, failures, cases)
         r, u = result["routed"], result["upstream"]
         print(
             f"H={dims.num_k_heads} {str(state_dtype)[6:]:8} interleaved={int(layout)} "
@@ -118,13 +128,7 @@ def main() -> int:
             f" | upstream " + " ".join(str(u[c]) for c in COUNTS),
             flush=True,
         )
-    data = {
-        "provenance": provenance(
-            impl=impl, seconds=round(time.time() - start, 1), failures=failures
-        ),
-        "cases": cases,
-    }
-    json.dump(data, open(args.out, "w"), indent=1)
+    write(args.out, impl, start, failures, cases, complete=True)
     return 1 if failures else 0
 
 
