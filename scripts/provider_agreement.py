@@ -38,6 +38,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # measure the checkout this script belongs to
 
 from vllm_gdn_invariant.golden import conv_update, recurrent_step  # noqa: E402
+from vllm_gdn_invariant.harness.bits import compare, ordered_bits  # noqa: E402
 
 SCHEMA = "vllm-gdn-invariant/provider-agreement/1"
 RECURRENT_MODULES = (
@@ -51,9 +52,6 @@ ENV_KNOBS = ("FLA_USE_FAST_OPS", "TRITON_DEFAULT_FP_FUSION")
 BATCH_SIZES = (1, 4, 17, 64, 256)
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 CONV_WIDTH = 4
-ULP_BUCKETS = ("0", "1", "2", "3-4", "5-8", "9-16", ">16")
-ULP_BUCKET_UPPER = (0, 1, 2, 4, 8, 16)  # inclusive upper ends; the rest is ">16"
-BITS_DTYPES = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @dataclass(frozen=True)
@@ -81,59 +79,6 @@ class Providers:
     conv_update: Callable
     recurrent_name: str  # module.function that ran
     conv_name: str
-
-
-# Evidence helpers (CPU-testable)
-
-
-def raw_bits(x: Tensor) -> Tensor:
-    """The bit patterns of a floating tensor as a signed integer tensor of the same width."""
-    return x.contiguous().view(BITS_DTYPES[x.element_size()])
-
-
-def ordered_bits(x: Tensor) -> Tensor:
-    """Bit patterns as int64 ordered like the values: adjacent floats differ by 1, +0 == -0 == 0."""
-    bits = raw_bits(x).to(torch.int64)
-    magnitude_mask = (1 << (8 * x.element_size() - 1)) - 1
-    magnitude = torch.bitwise_and(bits, magnitude_mask)
-    return torch.where(bits < 0, -magnitude, magnitude)
-
-
-def ulp_distance(a: Tensor, b: Tensor) -> Tensor:
-    """|ordered(a) - ordered(b)| per element; 0 when both are NaN, int64 max when one is."""
-    if a.dtype != b.dtype or a.shape != b.shape:
-        raise ValueError(f"cannot compare {a.dtype}{tuple(a.shape)} with {b.dtype}{tuple(b.shape)}")
-    distance = (ordered_bits(a) - ordered_bits(b)).abs()
-    a_nan, b_nan = torch.isnan(a), torch.isnan(b)
-    distance = torch.where(a_nan & b_nan, 0, distance)
-    return torch.where(a_nan ^ b_nan, torch.iinfo(torch.int64).max, distance)
-
-
-def ulp_histogram(a: Tensor, b: Tensor) -> dict[str, int]:
-    """Counts of ULP distances in the buckets 0, 1, 2, 3-4, 5-8, 9-16, >16."""
-    distance = ulp_distance(a, b).flatten()
-    counts, lower = {}, -1
-    for label, upper in zip(ULP_BUCKETS, ULP_BUCKET_UPPER, strict=False):
-        counts[label] = int(((distance > lower) & (distance <= upper)).sum())
-        lower = upper
-    counts[ULP_BUCKETS[-1]] = int((distance > lower).sum())
-    return counts
-
-
-def compare(a: Tensor, b: Tensor) -> dict:
-    """Elements whose bits differ, total, max |a - b| over finite pairs, NaN mismatches, and the
-    ULP histogram (a +0/-0 pair differs in bits at ULP distance 0)."""
-    histogram = ulp_histogram(a, b)
-    differing = int((raw_bits(a) != raw_bits(b)).sum())
-    finite = torch.isfinite(a) & torch.isfinite(b)
-    diff = (a.double() - b.double()).abs()[finite]
-    return {
-        "elements_differing": differing,
-        "total_elements": a.numel(),
-        "max_abs_diff": float(diff.max()) if diff.numel() else 0.0,
-        "nan_mismatches": int((torch.isnan(a) ^ torch.isnan(b)).sum()),
-        "ulp_histogram": histogram,
-    }
 
 
 def run_git(*args: str) -> str | None:
