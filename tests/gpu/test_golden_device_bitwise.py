@@ -24,13 +24,13 @@ from vllm_gdn_invariant.golden import (
     sqrt,
 )
 from vllm_gdn_invariant.harness.bits import same_bits, ulp_distance
+from vllm_gdn_invariant.harness.layer import LAYOUTS
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
-LAYOUTS = {"tp1": (16, 32, 128, 128), "tp4": (4, 8, 128, 128)}  # H, HV, K, V
 BATCH_SIZES = (1, 4, 17, 64, 256)
 
 
@@ -43,11 +43,12 @@ def block_indices(batch: int, num_blocks: int, g: torch.Generator) -> Tensor:
 
 
 def recurrent_inputs(layout: str, batch: int, state_dtype: torch.dtype, seed: int):
-    H, HV, K, V = LAYOUTS[layout]
+    dims = LAYOUTS[layout]
+    H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k_dim, dims.head_v_dim
     g = torch.Generator().manual_seed(seed)
     num_blocks = batch + 4
     args = (
-        torch.randn(batch, 2 * H * K + HV * V, generator=g).to(torch.bfloat16),
+        torch.randn(batch, dims.conv_dim, generator=g).to(torch.bfloat16),
         torch.randn(batch, HV, generator=g).to(torch.bfloat16),
         torch.randn(batch, HV, generator=g).to(torch.bfloat16),
         torch.log(torch.rand(HV, generator=g) * 15.0 + 1.0),
@@ -74,8 +75,8 @@ def test_recurrent_step_on_cuda_gives_the_cpu_bits(layout, batch, state_dtype):
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_conv_update_on_cuda_gives_the_cpu_bits(layout, cache_dtype, with_bias, dim_first):
-    H, HV, K, V = LAYOUTS[layout]
-    dim, width = 2 * H * K + HV * V, 4
+    dims = LAYOUTS[layout]
+    dim, width = dims.conv_dim, dims.conv_width
     for batch in BATCH_SIZES:
         g = torch.Generator().manual_seed(batch)
         num_blocks = batch + 4

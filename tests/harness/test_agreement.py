@@ -1,12 +1,12 @@
-"""CPU checks of scripts/provider_agreement.py: cases and report shape.
+"""CPU checks of harness/agreement.py and scripts/provider_agreement.py: cases, report shape.
 
 vLLM's kernels need CUDA; here they are replaced by stand-ins with the same call signature
 that run the golden (or the golden plus a known perturbation) in place.
 """
 
-import importlib.util
 import json
-import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,21 +14,22 @@ import pytest
 import torch
 
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
+from vllm_gdn_invariant.harness.agreement import (
+    SCHEMA,
+    Providers,
+    build_report,
+    import_first,
+    run_conv_case,
+    run_recurrent_case,
+)
+from vllm_gdn_invariant.harness.layer import LayerDims
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "provider_agreement.py"
-spec = importlib.util.spec_from_file_location("provider_agreement", SCRIPT)
-agreement = importlib.util.module_from_spec(spec)
-sys.modules["provider_agreement"] = agreement
-spec.loader.exec_module(agreement)
+from .helpers import next_up
 
-SMALL = agreement.HeadLayout("small", H=2, HV=4, K=32, V=32)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = REPO_ROOT / "scripts" / "provider_agreement.py"
+SMALL = LayerDims(num_k_heads=2, num_v_heads=4, head_k_dim=32, head_v_dim=32)
 CPU = torch.device("cpu")
-
-
-def next_up(x: torch.Tensor, steps: int = 1) -> torch.Tensor:
-    for _ in range(steps):
-        x = torch.nextafter(x, torch.full_like(x, math.inf))
-    return x
 
 
 def golden_packed_decode(perturb: bool = False):
@@ -86,7 +87,7 @@ def golden_causal_conv1d_update(
 
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_recurrent_case_of_an_exact_provider_reports_no_difference(state_dtype):
-    case = agreement.run_recurrent_case(golden_packed_decode(), SMALL, 17, state_dtype, 1, CPU)
+    case = run_recurrent_case(golden_packed_decode(), "small", SMALL, 17, state_dtype, 1, CPU)
     assert case["out"]["elements_differing"] == 0
     assert case["state"]["elements_differing"] == 0
     assert case["state"]["total_elements"] == 15 * 4 * 32 * 32  # rows 1 and 8 inactive
@@ -96,7 +97,7 @@ def test_recurrent_case_of_an_exact_provider_reports_no_difference(state_dtype):
 
 def test_recurrent_case_reports_a_one_ulp_state_difference():
     provider = golden_packed_decode(perturb=True)
-    case = agreement.run_recurrent_case(provider, SMALL, 4, torch.float32, 2, CPU)
+    case = run_recurrent_case(provider, "small", SMALL, 4, torch.float32, 2, CPU)
     assert case["state"]["elements_differing"] == 1
     assert case["state"]["ulp_histogram"]["1"] == 1
     assert case["state"]["ulp_histogram"]["0"] == case["state"]["total_elements"] - 1
@@ -105,7 +106,7 @@ def test_recurrent_case_reports_a_one_ulp_state_difference():
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
 def test_conv_case_of_an_exact_provider_reports_no_difference(cache_dtype):
-    case = agreement.run_conv_case(golden_causal_conv1d_update, SMALL, 17, cache_dtype, 3, CPU)
+    case = run_conv_case(golden_causal_conv1d_update, "small", SMALL, 17, cache_dtype, 3, CPU)
     assert case["out_active_rows"]["elements_differing"] == 0
     assert case["out_active_rows"]["total_elements"] == 15 * SMALL.conv_dim
     assert case["state"]["elements_differing"] == 0
@@ -113,12 +114,12 @@ def test_conv_case_of_an_exact_provider_reports_no_difference(cache_dtype):
 
 
 def test_report_is_strict_json_with_provenance():
-    providers = agreement.Providers(
+    providers = Providers(
         golden_packed_decode(), golden_causal_conv1d_update, "stand-in", "stand-in"
     )
-    report = agreement.build_report(providers, [SMALL], [1, 4], 0, CPU)
+    report = build_report(providers, {"small": SMALL}, [1, 4], 0, CPU)
     text = json.dumps(report, allow_nan=False)
-    assert json.loads(text)["schema"] == agreement.SCHEMA
+    assert json.loads(text)["schema"] == SCHEMA
     assert len(report["recurrent"]) == len(report["conv"]) == 4
     provenance = report["provenance"]
     for key in (
@@ -148,16 +149,24 @@ def test_report_is_strict_json_with_provenance():
     }
 
 
-def test_main_without_cuda_exits_with_status_2_and_writes_nothing(monkeypatch, tmp_path):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+def test_script_without_cuda_exits_with_status_2_and_writes_nothing(tmp_path):
     target = tmp_path / "agreement.json"
-    assert agreement.main(["--out", str(target)]) == 2
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(target)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},  # torch sees no GPU
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "CUDA is not available" in result.stderr  # not argparse's exit status 2
     assert not target.exists()
 
 
 def test_import_first_skips_missing_modules_but_not_broken_ones(monkeypatch, tmp_path):
-    assert agreement.import_first(("json.no_such_module", "json")).__name__ == "json"
+    assert import_first(("json.no_such_module", "json")).__name__ == "json"
     (tmp_path / "broken_provider_module.py").write_text("import no_such_dependency_xyz\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
-        agreement.import_first(("broken_provider_module", "json"))
+        import_first(("broken_provider_module", "json"))
