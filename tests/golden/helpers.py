@@ -1,26 +1,9 @@
-"""Input builders and bit comparisons shared by the golden tests."""
+"""Input builders shared by the golden tests."""
 
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-
-BITS_DTYPE = {
-    torch.float32: torch.int32,
-    torch.float64: torch.int64,
-    torch.bfloat16: torch.int16,
-    torch.float16: torch.int16,
-}
-
-
-def same_bits(a: Tensor, b: Tensor) -> bool:
-    """True when a and b have the same dtype, shape and bit pattern (NaN and -0 included)."""
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype not in BITS_DTYPE:
-        return torch.equal(a, b)
-    bits = BITS_DTYPE[a.dtype]
-    return torch.equal(a.contiguous().view(bits), b.contiguous().view(bits))
 
 
 @dataclass

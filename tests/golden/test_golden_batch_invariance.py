@@ -15,8 +15,9 @@ from vllm_gdn_invariant.golden import conv as conv_module
 from vllm_gdn_invariant.golden import conv_update, fixed_order_sum, recurrent_step
 from vllm_gdn_invariant.golden import recurrent as recurrent_module
 from vllm_gdn_invariant.golden.conv import accumulate_taps
+from vllm_gdn_invariant.harness.bits import same_bits
 
-from .helpers import build_conv_case, build_recurrent_case, same_bits
+from .helpers import build_conv_case, build_recurrent_case
 
 # An op maps (per-row tensors, cache, indices) to (out [B, ...], new cache [num_blocks, ...]).
 RowOp = Callable[[Sequence[Tensor], Tensor, Tensor], tuple[Tensor, Tensor]]

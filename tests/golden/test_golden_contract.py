@@ -6,8 +6,9 @@ import torch
 from vllm_gdn_invariant.golden import conv as conv_module
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
 from vllm_gdn_invariant.golden import recurrent as recurrent_module
+from vllm_gdn_invariant.harness.bits import same_bits
 
-from .helpers import build_conv_case, build_recurrent_case, same_bits
+from .helpers import build_conv_case, build_recurrent_case
 
 META = torch.device("meta")
 

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from vllm_gdn_invariant.golden import conv_update, silu
+from vllm_gdn_invariant.harness.bits import same_bits
 
-from .helpers import build_conv_case, same_bits
+from .helpers import build_conv_case
 
 F32 = np.float32
 

@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from vllm_gdn_invariant.golden import recurrent_step
+from vllm_gdn_invariant.harness.bits import same_bits
 
-from .helpers import build_recurrent_case, same_bits
+from .helpers import build_recurrent_case
 
 # Regression bounds on max |golden - float64| / max |float64| (fp32 inputs and state), over the
 # fixtures below; measured max beside each.

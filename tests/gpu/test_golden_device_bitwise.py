@@ -6,9 +6,7 @@ The last test measures the elementary functions over every fp32 value on the GPU
 GPU bits equal the CPU bits, the measurement holds for both.
 """
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,28 +23,15 @@ from vllm_gdn_invariant.golden import (
     softplus,
     sqrt,
 )
+from vllm_gdn_invariant.harness.bits import same_bits, ulp_distance
+from vllm_gdn_invariant.harness.layer import LAYOUTS
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "provider_agreement.py"
-spec = importlib.util.spec_from_file_location("provider_agreement", SCRIPT)
-agreement = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(agreement)
-
-LAYOUTS = {"tp1": (16, 32, 128, 128), "tp4": (4, 8, 128, 128)}  # H, HV, K, V
 BATCH_SIZES = (1, 4, 17, 64, 256)
-BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16}
-
-
-def same_bits(gpu: Tensor, cpu: Tensor) -> bool:
-    gpu = gpu.cpu()
-    if gpu.dtype != cpu.dtype or gpu.shape != cpu.shape:
-        return False
-    bits = BITS[cpu.dtype]
-    return torch.equal(gpu.contiguous().view(bits), cpu.contiguous().view(bits))
 
 
 def block_indices(batch: int, num_blocks: int, g: torch.Generator) -> Tensor:
@@ -58,11 +43,12 @@ def block_indices(batch: int, num_blocks: int, g: torch.Generator) -> Tensor:
 
 
 def recurrent_inputs(layout: str, batch: int, state_dtype: torch.dtype, seed: int):
-    H, HV, K, V = LAYOUTS[layout]
+    dims = LAYOUTS[layout]
+    H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k_dim, dims.head_v_dim
     g = torch.Generator().manual_seed(seed)
     num_blocks = batch + 4
     args = (
-        torch.randn(batch, 2 * H * K + HV * V, generator=g).to(torch.bfloat16),
+        torch.randn(batch, dims.conv_dim, generator=g).to(torch.bfloat16),
         torch.randn(batch, HV, generator=g).to(torch.bfloat16),
         torch.randn(batch, HV, generator=g).to(torch.bfloat16),
         torch.log(torch.rand(HV, generator=g) * 15.0 + 1.0),
@@ -80,8 +66,8 @@ def test_recurrent_step_on_cuda_gives_the_cpu_bits(layout, batch, state_dtype):
     args, kwargs = recurrent_inputs(layout, batch, state_dtype, seed=batch)
     out_cpu, state_cpu = recurrent_step(*args, **kwargs)
     out_gpu, state_gpu = recurrent_step(*(t.cuda() for t in args), **kwargs)
-    assert same_bits(out_gpu, out_cpu)
-    assert same_bits(state_gpu, state_cpu)
+    assert same_bits(out_gpu.cpu(), out_cpu)
+    assert same_bits(state_gpu.cpu(), state_cpu)
 
 
 @pytest.mark.parametrize("dim_first", [True, False], ids=["dim_first", "token_first"])
@@ -89,8 +75,8 @@ def test_recurrent_step_on_cuda_gives_the_cpu_bits(layout, batch, state_dtype):
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_conv_update_on_cuda_gives_the_cpu_bits(layout, cache_dtype, with_bias, dim_first):
-    H, HV, K, V = LAYOUTS[layout]
-    dim, width = 2 * H * K + HV * V, 4
+    dims = LAYOUTS[layout]
+    dim, width = dims.conv_dim, dims.conv_width
     for batch in BATCH_SIZES:
         g = torch.Generator().manual_seed(batch)
         num_blocks = batch + 4
@@ -107,8 +93,8 @@ def test_conv_update_on_cuda_gives_the_cpu_bits(layout, cache_dtype, with_bias, 
         out_gpu, state_gpu = conv_update(
             *(t.cuda() for t in args), bias=None if bias is None else bias.cuda(), **kwargs
         )
-        assert same_bits(out_gpu, out_cpu), f"B={batch}"
-        assert same_bits(state_gpu, state_cpu), f"B={batch}"
+        assert same_bits(out_gpu.cpu(), out_cpu), f"B={batch}"
+        assert same_bits(state_gpu.cpu(), state_cpu), f"B={batch}"
 
 
 def sweep_points() -> Tensor:
@@ -122,17 +108,17 @@ def sweep_points() -> Tensor:
 @pytest.mark.parametrize("function", [exp, sqrt, sigmoid, softplus, silu])
 def test_elementary_functions_on_cuda_give_the_cpu_bits(function):
     x = sweep_points()
-    assert same_bits(function(x.cuda()), function(x))
+    assert same_bits(function(x.cuda()).cpu(), function(x))
 
 
 def test_log1p_on_cuda_gives_the_cpu_bits():
     x = torch.cat([sweep_points().abs(), -torch.rand(1 << 20), torch.logspace(-30, 38, 1 << 20)])
-    assert same_bits(log1p(x.cuda()), log1p(x))
+    assert same_bits(log1p(x.cuda()).cpu(), log1p(x))
 
 
 def test_fixed_order_sum_on_cuda_gives_the_cpu_bits():
     x = torch.randn(4096, 40, generator=torch.Generator().manual_seed(0)) * 1e3
-    assert same_bits(fixed_order_sum(x.cuda()), fixed_order_sum(x))
+    assert same_bits(fixed_order_sum(x.cuda()).cpu(), fixed_order_sum(x))
 
 
 def every_fp32(chunk: int = 1 << 28):
@@ -171,7 +157,7 @@ def test_elementary_error_over_every_fp32_value_stays_within_regression_bound(na
         expected = reference(x.double()).to(torch.float32)
         nan_mismatches += int((torch.isnan(y) ^ torch.isnan(expected)).sum())
         keep = measured(x) & ~torch.isnan(expected)
-        distance = agreement.ulp_distance(y[keep], expected[keep])
+        distance = ulp_distance(y[keep], expected[keep])
         counted += distance.numel()
         if distance.numel() == 0:  # a chunk of NaN bit patterns only
             continue

@@ -43,7 +43,8 @@ class LayerDims:
 
 
 QWEN3_NEXT_DIMS = LayerDims(16, 32)
-QWEN3_NEXT_TP4_DIMS = LayerDims(4, 8)
+QWEN3_NEXT_TP4_DIMS = LayerDims(4, 8)  # per rank at tensor parallel 4
+LAYOUTS = {"tp1": QWEN3_NEXT_DIMS, "tp4": QWEN3_NEXT_TP4_DIMS}  # Qwen3-Next's, by TP layout
 
 
 @dataclass(frozen=True)

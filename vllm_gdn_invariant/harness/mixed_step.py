@@ -8,7 +8,8 @@ the same caches and inputs:
 * the whole mixed step through ``_forward_core_upstream`` (vLLM's own method);
 * 16 following decode-only steps from each resulting state,
 
-and counts differing elements (bitwise; an output row nobody wrote stays NaN and counts).
+and counts differing elements (bitwise; an output row nobody wrote stays NaN and counts
+where the other side wrote it).
 "Decode rows" are the rows vLLM's builder counts as decodes: a one-token prefill chunk after
 context (and, in 0.30, a one-token fresh prompt) is one, and is routed like any decode row.
 """
@@ -20,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from vllm_gdn_invariant.harness.bits import differ
 from vllm_gdn_invariant.harness.layer import (
     LayerDims,
     LayerState,
@@ -50,16 +52,6 @@ COMPOSITIONS = (
     Composition(33, (1, 37, 64, 300, 1000), False),
     Composition(4, (1000, 64), True),
 )
-
-
-def differ(x: torch.Tensor, y: torch.Tensor) -> int:
-    """Elements whose bits differ (NaN never equals itself, so unwritten rows count)."""
-    return int(
-        (
-            x.view(torch.int16 if x.element_size() == 2 else torch.int32)
-            != y.view(torch.int16 if y.element_size() == 2 else torch.int32)
-        ).sum()
-    )
 
 
 def run_case(

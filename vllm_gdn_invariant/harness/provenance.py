@@ -42,6 +42,9 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def provenance(**extra: object) -> dict:
+    """Git state, vLLM/torch/Triton versions, Python, platform, device name and capability
+    ("cpu" and None without CUDA), the numeric knobs' environment values, UTC time and argv of
+    this run, then the caller's ``extra`` fields."""
     commit, dirty = git_state()
     try:
         import vllm
@@ -69,5 +72,6 @@ def provenance(**extra: object) -> dict:
         "capability": list(torch.cuda.get_device_capability()) if cuda else None,
         "env": {k: os.environ.get(k) for k in NUMERIC_KNOBS},
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "argv": list(sys.argv),
         **extra,
     }

@@ -1,0 +1,1 @@
+"""CPU tests of the evidence harness (vllm_gdn_invariant.harness)."""
