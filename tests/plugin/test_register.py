@@ -127,8 +127,7 @@ def test_strict_mode_raises_on_unknown_source_or_version(setup, reason):
     assert not result["patched"]
 
 
-def test_a_function_replaced_by_someone_else_is_not_patched_over():
-    setup = """
+OTHER_PLUGIN = """
     from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
         QwenGatedDeltaNetAttention,
     )
@@ -136,7 +135,10 @@ def test_a_function_replaced_by_someone_else_is_not_patched_over():
         pass
     QwenGatedDeltaNetAttention._forward_core = other_plugins_forward_core
     """
-    result, _ = run_register({"VLLM_GDN_INVARIANT_STRICT": "1"}, setup=setup)
+
+
+def test_strict_mode_raises_on_a_function_replaced_by_someone_else():
+    result, _ = run_register({"VLLM_GDN_INVARIANT_STRICT": "1"}, setup=OTHER_PLUGIN)
     assert result["error"].startswith("PatchError: ")
     assert "not vLLM's own function" in result["error"]
     assert not result["patched"]
@@ -154,3 +156,11 @@ def test_packed_decode_off_is_stated_in_the_log_line():
     assert result["patched"]
     (line,) = plugin_lines(stderr)
     assert "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=0" in line and "left to vLLM" in line
+
+
+def test_a_function_replaced_by_someone_else_is_logged_and_not_patched_over():
+    result, stderr = run_register(setup=OTHER_PLUGIN)
+    assert result["error"] is None and not result["patched"]
+    (line,) = plugin_lines(stderr)
+    assert line.startswith("WARNING") and "nothing patched" in line
+    assert "not vLLM's own function" in line

@@ -16,7 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from vllm_gdn_invariant.patches import MethodPatch, apply_all, patches_for
+from vllm_gdn_invariant.patches import MethodPatch, PatchError, apply_all, patches_for
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig, load_config
 from vllm_gdn_invariant.plugin.versions import GuardResult, check_targets
 
@@ -40,6 +40,7 @@ class PluginStatus:
     guard: GuardResult | None
     patches: tuple[MethodPatch, ...]
     applied: bool = False
+    patch_error: str | None = None
 
     @property
     def packed_decode(self) -> bool:
@@ -53,6 +54,8 @@ class PluginStatus:
     def refusal(self) -> str | None:
         if self.config.mode is Mode.OFF:
             return None
+        if self.patch_error is not None:
+            return self.patch_error
         return None if self.guard is None else self.guard.refusal
 
     @property
@@ -116,7 +119,9 @@ def register() -> None:
     """Entry point: configure, check, patch. A second call in the same process does nothing.
 
     Raises :class:`~vllm_gdn_invariant.plugin.config.ConfigError` on a bad environment
-    variable and, in strict mode, :class:`UnsupportedVllmError` on an unknown build or source.
+    variable and, in strict mode, :class:`UnsupportedVllmError` on an unknown build or source
+    and :class:`~vllm_gdn_invariant.patches.PatchError` when a target is not vLLM's own method.
+    Outside strict mode those log one warning line and patch nothing.
     """
     global _registered
     with _lock:
@@ -130,12 +135,20 @@ def register() -> None:
                     f"gdn_invariant (VLLM_GDN_INVARIANT_STRICT=1): {status.refusal}"
                 )
             logger.warning(status.summary())
-        else:
-            if status.will_patch:
+        elif status.will_patch:
+            try:
                 apply_all(status.patches)
+            except PatchError as exc:
+                if status.config.strict:
+                    raise
+                status = dataclasses.replace(status, patch_error=str(exc))
+                logger.warning(status.summary())
+            else:
                 status = dataclasses.replace(status, applied=True)
-            level = logging.WARNING if status.config.mode is Mode.GOLDEN else logging.INFO
-            logger.log(level, status.summary())
+                level = logging.WARNING if status.config.mode is Mode.GOLDEN else logging.INFO
+                logger.log(level, status.summary())
+        else:
+            logger.info(status.summary())
         _registered = status
 
 
