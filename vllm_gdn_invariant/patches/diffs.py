@@ -27,6 +27,7 @@ HELPERS = (
     "GDN_INVARIANT_SPLIT_ATTR",
     "GDN_INVARIANT_PAD_SLOT_ID",
     "GDN_INVARIANT_WARNED",
+    "gdn_invariant_drop_programs",
     "gdn_invariant_rebase_conv_programs",
     "gdn_invariant_split_mixed_step",
     "gdn_invariant_routes",

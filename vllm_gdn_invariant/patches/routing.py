@@ -40,37 +40,35 @@ GDN_INVARIANT_WARNED: list[bool] = []
 logger = logging.getLogger("vllm_gdn_invariant.routing")
 
 
+def gdn_invariant_drop_programs(batch_ptr, num_decodes):
+    """causal_conv1d_fn's per-program sequence table without the first ``num_decodes`` rows."""
+    tail = batch_ptr[num_decodes:]
+    return torch.where(tail == GDN_INVARIANT_PAD_SLOT_ID, tail, tail - num_decodes)
+
+
 def gdn_invariant_rebase_conv_programs(nums_dict, batch_ptr, token_chunk_offset_ptr, num_decodes):
     """Drop the first ``num_decodes`` one-token sequences from causal_conv1d_fn's tables."""
     if nums_dict is None:
         return None, None, None
     rebased = {}
     for block_m, entry in nums_dict.items():
-        mlist = entry["mlist"][num_decodes:] - num_decodes
         rebased[block_m] = {
             **entry,
             "nums": entry["nums"][num_decodes:],
             "tot": entry["tot"] - num_decodes,
-            "mlist": mlist,
+            "mlist": entry["mlist"][num_decodes:] - num_decodes,
             "mlist_len": entry["mlist_len"] - num_decodes,
             "offsetlist": entry["offsetlist"][num_decodes:],
         }
-        ptr = entry.get("batch_ptr")
-        if ptr is not None:
-            rebased[block_m]["batch_ptr"] = torch.where(
-                ptr[num_decodes:] == GDN_INVARIANT_PAD_SLOT_ID,
-                ptr[num_decodes:],
-                ptr[num_decodes:] - num_decodes,
+        if entry.get("batch_ptr") is not None:
+            rebased[block_m]["batch_ptr"] = gdn_invariant_drop_programs(
+                entry["batch_ptr"], num_decodes
             )
             rebased[block_m]["token_chunk_offset_ptr"] = entry["token_chunk_offset_ptr"][
                 num_decodes:
             ]
     if batch_ptr is not None:
-        batch_ptr = torch.where(
-            batch_ptr[num_decodes:] == GDN_INVARIANT_PAD_SLOT_ID,
-            batch_ptr[num_decodes:],
-            batch_ptr[num_decodes:] - num_decodes,
-        )
+        batch_ptr = gdn_invariant_drop_programs(batch_ptr, num_decodes)
     if token_chunk_offset_ptr is not None:
         token_chunk_offset_ptr = token_chunk_offset_ptr[num_decodes:]
     return rebased, batch_ptr, token_chunk_offset_ptr
