@@ -22,6 +22,11 @@ PAD_SLOT_ID = -1
 CONV_BLOCK_M = 8
 
 
+def l2_normalize(x):
+    """x / sqrt(sum(x * x) + 1e-6) over the last dimension, in x's dtype."""
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
 def write_blocks(cache: torch.Tensor, new: torch.Tensor, indices: torch.Tensor) -> None:
     active = indices[indices > 0].long()
     cache[active] = new[active]
@@ -79,8 +84,7 @@ def fused_sigmoid_gating_delta_rule_update(
         for t in range(start, end):
             qt, kt = q[0, t].double(), k[0, t].double()
             if use_qk_l2norm_in_kernel:
-                qt = qt / torch.sqrt((qt * qt).sum(-1, keepdim=True) + 1e-6)
-                kt = kt / torch.sqrt((kt * kt).sum(-1, keepdim=True) + 1e-6)
+                qt, kt = l2_normalize(qt), l2_normalize(kt)
             x = a[t].double() + dt_bias.double()
             g = -torch.exp(A_log.double()) * torch.where(x > 20, x, torch.log1p(torch.exp(x)))
             beta = torch.sigmoid(b[t].double())
@@ -141,8 +145,7 @@ def fused_post_conv_prep(conv_output, a, b, A_log, dt_bias, num_k_heads, head_k_
     k = x[:, key_dim : 2 * key_dim].reshape(length, num_k_heads, head_k_dim)
     v = x[:, 2 * key_dim :].reshape(length, -1, head_v_dim)
     if apply_l2norm:
-        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
-        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+        q, k = l2_normalize(q), l2_normalize(k)
     g = -golden_exp(A_log.float()) * softplus(a.float() + dt_bias.float())
     beta = sigmoid(b.float())
     return (q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), g, beta)

@@ -23,6 +23,8 @@ from unittest import mock
 
 import torch
 
+from vllm_gdn_invariant.cli.tiny_model import TINY_QWEN3_NEXT
+
 PREFIX = "model.layers.0.linear_attn"
 BLOCK_SIZE = 16
 CONTEXT_OF_DECODES = 63
@@ -80,32 +82,17 @@ def make_vllm_config(
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 
     folder = Path(tempfile.mkdtemp(prefix="gdn_harness_"))
+    max_len = 32768
     config = {
-        "architectures": ["Qwen3NextForCausalLM"],
-        "model_type": "qwen3_next",
-        "vocab_size": 1024,
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 4,
-        "full_attention_interval": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
+        **TINY_QWEN3_NEXT,
         "linear_conv_kernel_dim": dims.conv_width,
         "linear_key_head_dim": dims.head_k_dim,
         "linear_value_head_dim": dims.head_v_dim,
         "linear_num_key_heads": dims.num_k_heads,
         "linear_num_value_heads": dims.num_v_heads,
-        "moe_intermediate_size": 128,
-        "shared_expert_intermediate_size": 128,
-        "num_experts_per_tok": 2,
-        "num_experts": 4,
-        "max_position_embeddings": 32768,
-        "torch_dtype": "bfloat16",
-        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": max_len,
     }
     (folder / "config.json").write_text(json.dumps(config))
-    max_len = 32768
     model_config = ModelConfig(
         model=str(folder), dtype="bfloat16", skip_tokenizer_init=True, max_model_len=max_len
     )
