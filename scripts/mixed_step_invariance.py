@@ -4,6 +4,7 @@ Usage, on the GPU machine (vLLM's Python code importable):
     python scripts/mixed_step_invariance.py --out FILE.json                 # with the plugin
     python scripts/mixed_step_invariance.py --out FILE.json \\
         --patched-file build/patched/vllm-0.30.0/qwen_gdn_linear_attn.py    # with patches/
+    python scripts/mixed_step_invariance.py --out FILE.json --heads tp4 --state-dtypes float32
     python scripts/mixed_step_invariance.py --merge A.json B.json --out docs/evidence/...
 
 For every case (Qwen3-Next and TP4 per-rank head counts, fp32 and bf16 state, both
@@ -28,6 +29,8 @@ from vllm_gdn_invariant.harness.mixed_step import all_cases, run_case
 from vllm_gdn_invariant.harness.provenance import provenance
 from vllm_gdn_invariant.plugin.versions import QWEN_GDN_MODULE
 
+DIMS = {"qwen3-next": QWEN3_NEXT_DIMS, "tp4": QWEN3_NEXT_TP4_DIMS}
+STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 COUNTS = ("out_differ", "state_differ", "conv_differ", "following_out_differ")
 
 
@@ -81,7 +84,12 @@ def main() -> int:
     )
     parser.add_argument("--out", required=True)
     parser.add_argument("--patched-file")
-    parser.add_argument("--quick", action="store_true", help="TP4 dims and fp32 only")
+    parser.add_argument(
+        "--heads", nargs="+", choices=sorted(DIMS), default=sorted(DIMS), help="head counts"
+    )
+    parser.add_argument(
+        "--state-dtypes", nargs="+", choices=sorted(STATE_DTYPES), default=["float32", "bfloat16"]
+    )
     parser.add_argument("--merge", nargs="+")
     args = parser.parse_args()
     if args.merge:
@@ -91,8 +99,8 @@ def main() -> int:
     import vllm
 
     device = torch.device("cuda")
-    dims_list = [QWEN3_NEXT_TP4_DIMS] if args.quick else [QWEN3_NEXT_DIMS, QWEN3_NEXT_TP4_DIMS]
-    dtypes = [torch.float32] if args.quick else [torch.float32, torch.bfloat16]
+    dims_list = [DIMS[h] for h in args.heads]
+    dtypes = [STATE_DTYPES[d] for d in args.state_dtypes]
     configs = {}
     cases, failures = [], []
     start = time.time()
