@@ -6,8 +6,10 @@ For 64 and 256 decode rows beside 2k and 8k prefill tokens (Qwen3-Next dims H=16
 K=V=128; fp32 and bf16 state) it times ``_forward_core`` (routed) and
 ``_forward_core_upstream`` (vLLM's) on the same layer and metadata: ``ROUNDS`` alternating
 ``triton.testing.do_bench`` medians of each, and the median over rounds; plus the
-once-per-step cost of building the split metadata. It prints the ratio routed / upstream;
-below 1.0 the routed step is faster.
+once-per-step cost of building the split metadata. Wall times on this path are dominated by
+host-side launch work and vary between rounds on a shared machine, so it also reports the
+device time of the launched kernels (``torch.profiler``), which is what the routing changes.
+It prints the ratios routed / upstream; below 1.0 the routed step is faster.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import sys
 
 import torch
 import triton
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 from vllm_gdn_invariant.harness.layer import (
     PREFIX,
@@ -37,7 +41,23 @@ from vllm_gdn_invariant.patches import routing
 
 GDN_LAYERS_QWEN3_NEXT_80B = 36
 ROUNDS = 7
+PROFILE_ITERS = 20
 CASES = [(64, 2048), (64, 8192), (256, 2048), (256, 8192)]
+
+
+def gpu_kernel_time(fn, iters: int = PROFILE_ITERS) -> dict:
+    """Device time of the kernels and copies one call launches (torch.profiler, mean)."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return {
+        "us": round(sum(e.time_range.elapsed_us() for e in events) / iters, 1),
+        "kernels": round(len(events) / iters, 1),
+    }
 
 
 def bench_case(vllm_config, state_dtype, decodes, prefill_tokens, device):
@@ -71,6 +91,9 @@ def bench_case(vllm_config, state_dtype, decodes, prefill_tokens, device):
             samples["upstream"].append(bench(upstream_fn))
             samples["routed"].append(bench(routed_fn))
         split_us = bench(split_once)
+        kernels = {
+            k: gpu_kernel_time(fn) for k, fn in (("upstream", upstream_fn), ("routed", routed_fn))
+        }
     upstream, routed = (statistics.median(samples[k]) for k in ("upstream", "routed"))
     per_step = (GDN_LAYERS_QWEN3_NEXT_80B * routed + split_us) / (
         GDN_LAYERS_QWEN3_NEXT_80B * upstream
@@ -84,6 +107,11 @@ def bench_case(vllm_config, state_dtype, decodes, prefill_tokens, device):
         "upstream_rounds_us": [round(t, 1) for t in samples["upstream"]],
         "routed_rounds_us": [round(t, 1) for t in samples["routed"]],
         "split_build_us": round(split_us, 1),
+        "upstream_gpu_kernel_us": kernels["upstream"]["us"],
+        "routed_gpu_kernel_us": kernels["routed"]["us"],
+        "upstream_kernels_per_call": kernels["upstream"]["kernels"],
+        "routed_kernels_per_call": kernels["routed"]["kernels"],
+        "ratio_gpu_kernel_time": round(kernels["routed"]["us"] / kernels["upstream"]["us"], 3),
         "ratio_routed_over_upstream": round(routed / upstream, 3),
         "ratio_per_step_36_layers": round(per_step, 3),
     }
@@ -101,7 +129,7 @@ def main() -> int:
     rows = []
     print(
         f"{'dec':>4} {'prefill':>7} {'state':>8} {'upstream us':>11} {'routed us':>9} "
-        f"{'split us':>8} {'ratio':>6} {'per step':>8}"
+        f"{'split us':>8} {'ratio':>6} {'per step':>8} {'kernel us up/routed':>19} {'ratio':>6}"
     )
     for state_dtype in (torch.float32, torch.bfloat16):
         vllm_config = make_vllm_config(QWEN3_NEXT_DIMS, state_dtype)
@@ -111,7 +139,9 @@ def main() -> int:
             print(
                 f"{decodes:>4} {prefill_tokens:>7} {r['state_dtype']:>8} "
                 f"{r['upstream_us']:>11} {r['routed_us']:>9} {r['split_build_us']:>8} "
-                f"{r['ratio_routed_over_upstream']:>6} {r['ratio_per_step_36_layers']:>8}",
+                f"{r['ratio_routed_over_upstream']:>6} {r['ratio_per_step_36_layers']:>8} "
+                f"{r['upstream_gpu_kernel_us']:>9}/{r['routed_gpu_kernel_us']:<9} "
+                f"{r['ratio_gpu_kernel_time']:>6}",
                 flush=True,
             )
         json.dump({"provenance": provenance(), "cases": rows}, open(args.out, "w"), indent=1)
