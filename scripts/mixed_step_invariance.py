@@ -6,6 +6,7 @@ Usage, on the GPU machine (vLLM's Python code importable):
         --patched-file build/patched/vllm-0.30.0/qwen_gdn_linear_attn.py    # with patches/
     python scripts/mixed_step_invariance.py --out FILE.json --heads tp4 --state-dtypes float32
     python scripts/mixed_step_invariance.py --merge A.json B.json --out docs/evidence/...
+    python scripts/mixed_step_invariance.py --summary docs/evidence/mixed_step_invariance.json
 
 For every case (Qwen3-Next and TP4 per-rank head counts, fp32 and bf16 state, both
 ``gqa_interleaved_layout`` values, the compositions of harness/mixed_step.py) it writes two
@@ -70,19 +71,56 @@ def write(path, impl, start, failures, cases, complete=False) -> None:
 
 
 def merge(paths: list[str], out: str) -> None:
+    """One file of several runs' cases; an input may itself be a merged file."""
     runs, cases = [], []
     for path in paths:
         data = json.load(open(path))
-        runs.append(data["provenance"])
+        runs.extend(data["provenance"].get("runs", [data["provenance"]]))
         cases.extend(data["cases"])
     json.dump({"provenance": {"runs": runs}, "cases": cases}, open(out, "w"), indent=1)
+
+
+def summary(path: str) -> str:
+    """The docs/routing.md table: one row per (vLLM, how installed, heads, state dtype)."""
+    data = json.load(open(path))
+    groups: dict[tuple, dict[bool, list[dict]]] = {}
+    for c in data["cases"]:
+        key = (c["vllm"], c["impl"], c["H"], c["HV"], c["state_dtype"])
+        groups.setdefault(key, {True: [], False: []})[c["plugin"]].append(c)
+    lines = []
+    def order(key):
+        version, impl, h, _, dtype = key
+        return version, impl != "plugin", -h, dtype != "float32"
+
+    for (version, impl, h, hv, dtype), rows in sorted(groups.items(), key=lambda kv: order(kv[0])):
+        routed, upstream = rows[True], rows[False]
+
+        def total(rs, k):
+            return f"{sum(r[k] for r in rs):,}"
+
+        own = [total(upstream, k) for k in ("out_differ", "state_differ", "following_out_differ")]
+        with_diff = sum(
+            any(r[k] for k in ("out_differ", "state_differ", "conv_differ")) for r in upstream
+        )
+        lines.append(
+            f"| {version} | {'plugin' if impl == 'plugin' else 'patches/'} | {h}/{hv} | "
+            f"{dtype.replace('float32', 'fp32').replace('bfloat16', 'bf16')} | {len(routed)} | "
+            + " / ".join(total(routed, k) for k in COUNTS)
+            + " | "
+            + " / ".join(
+                total(routed, f"prefill_{k}_differ_vs_unpatched") for k in ("out", "state", "conv")
+            )
+            + f" | {' / '.join(own)} ({with_diff}) |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
+    parser.add_argument("--summary", metavar="FILE", help="print the docs table of FILE")
     parser.add_argument("--patched-file")
     parser.add_argument(
         "--heads", nargs="+", choices=sorted(DIMS), default=sorted(DIMS), help="head counts"
@@ -92,6 +130,11 @@ def main() -> int:
     )
     parser.add_argument("--merge", nargs="+")
     args = parser.parse_args()
+    if args.summary:
+        print(summary(args.summary))
+        return 0
+    if not args.out:
+        parser.error("--out is required")
     if args.merge:
         merge(args.merge, args.out)
         return 0

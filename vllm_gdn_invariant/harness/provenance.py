@@ -22,7 +22,15 @@ NUMERIC_KNOBS = (
 
 
 def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout; ``GDN_INVARIANT_GIT_COMMIT``/``_DIRTY`` where no .git."""
+    """(commit, dirty) of the code that runs.
+
+    ``GDN_INVARIANT_GIT_COMMIT``/``_DIRTY`` win when set (a copied tree whose .git is not the
+    one it was copied from); otherwise the checkout's ``git`` state, or (None, None).
+    """
+    commit = os.environ.get("GDN_INVARIANT_GIT_COMMIT")
+    if commit:
+        dirty = os.environ.get("GDN_INVARIANT_GIT_DIRTY")
+        return commit, None if dirty is None else dirty == "1"
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -36,9 +44,7 @@ def git_state() -> tuple[str | None, bool | None]:
         ).stdout
         return commit, bool(status.strip())
     except (OSError, subprocess.CalledProcessError):
-        commit = os.environ.get("GDN_INVARIANT_GIT_COMMIT")
-        dirty = os.environ.get("GDN_INVARIANT_GIT_DIRTY")
-        return commit, None if dirty is None else dirty == "1"
+        return None, None
 
 
 def provenance(**extra: object) -> dict:
