@@ -20,18 +20,17 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import time
 
 import torch
 
-from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS, QWEN3_NEXT_TP4_DIMS, make_vllm_config
+from vllm_gdn_invariant.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config
 from vllm_gdn_invariant.harness.mixed_step import all_cases, run_case
 from vllm_gdn_invariant.harness.provenance import provenance
 from vllm_gdn_invariant.plugin.versions import QWEN_GDN_MODULE
 
-DIMS = {"qwen3-next": QWEN3_NEXT_DIMS, "tp4": QWEN3_NEXT_TP4_DIMS}
-STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 COUNTS = ("out_differ", "state_differ", "conv_differ", "following_out_differ")
 
 
@@ -51,9 +50,7 @@ def install(args) -> str:
     if args.patched_file:
         load_patched_module(args.patched_file)
         return "patched-source"
-    import os
-
-    from vllm_gdn_invariant.plugin import entry
+    from vllm_gdn_invariant.plugin import entry  # only here: a patched-source run loads no plugin
 
     os.environ["VLLM_GDN_INVARIANT_STRICT"] = "1"
     entry.register()
@@ -80,6 +77,16 @@ def merge(paths: list[str], out: str) -> None:
     json.dump({"provenance": {"runs": runs}, "cases": cases}, open(out, "w"), indent=1)
 
 
+def total(rows: list[dict], key: str) -> str:
+    return f"{sum(r[key] for r in rows):,}"
+
+
+def table_order(key: tuple) -> tuple:
+    """vLLM version, plugin before patches/, Qwen3-Next heads before TP4, fp32 before bf16."""
+    version, impl, h, _, dtype = key
+    return version, impl != "plugin", -h, dtype != "float32"
+
+
 def summary(path: str) -> str:
     """The docs/routing.md table: one row per (vLLM, how installed, heads, state dtype)."""
     data = json.load(open(path))
@@ -88,16 +95,9 @@ def summary(path: str) -> str:
         key = (c["vllm"], c["impl"], c["H"], c["HV"], c["state_dtype"])
         groups.setdefault(key, {True: [], False: []})[c["plugin"]].append(c)
     lines = []
-    def order(key):
-        version, impl, h, _, dtype = key
-        return version, impl != "plugin", -h, dtype != "float32"
-
-    for (version, impl, h, hv, dtype), rows in sorted(groups.items(), key=lambda kv: order(kv[0])):
-        routed, upstream = rows[True], rows[False]
-
-        def total(rs, k):
-            return f"{sum(r[k] for r in rs):,}"
-
+    for key in sorted(groups, key=table_order):
+        version, impl, h, hv, dtype = key
+        routed, upstream = groups[key][True], groups[key][False]
         own = [total(upstream, k) for k in ("out_differ", "state_differ", "following_out_differ")]
         with_diff = sum(
             any(r[k] for k in ("out_differ", "state_differ", "conv_differ")) for r in upstream
@@ -123,10 +123,10 @@ def main() -> int:
     parser.add_argument("--summary", metavar="FILE", help="print the docs table of FILE")
     parser.add_argument("--patched-file")
     parser.add_argument(
-        "--heads", nargs="+", choices=sorted(DIMS), default=sorted(DIMS), help="head counts"
+        "--heads", nargs="+", choices=sorted(LAYOUTS), default=sorted(LAYOUTS), help="head layouts"
     )
     parser.add_argument(
-        "--state-dtypes", nargs="+", choices=sorted(STATE_DTYPES), default=["float32", "bfloat16"]
+        "--state-dtypes", nargs="+", choices=sorted(STATE_DTYPES), default=list(STATE_DTYPES)
     )
     parser.add_argument("--merge", nargs="+")
     args = parser.parse_args()
@@ -142,7 +142,7 @@ def main() -> int:
     import vllm
 
     device = torch.device("cuda")
-    dims_list = [DIMS[h] for h in args.heads]
+    dims_list = [LAYOUTS[h] for h in args.heads]
     dtypes = [STATE_DTYPES[d] for d in args.state_dtypes]
     configs = {}
     cases, failures = [], []

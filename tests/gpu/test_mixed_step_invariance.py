@@ -11,7 +11,9 @@ import os
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS, QWEN3_NEXT_TP4_DIMS
+from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS, QWEN3_NEXT_TP4_DIMS, make_vllm_config
+from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, run_case
+from vllm_gdn_invariant.plugin import entry
 
 pytestmark = [
     pytest.mark.gpu,
@@ -23,8 +25,6 @@ CASE_COMPOSITIONS = 3
 
 @pytest.fixture(scope="module")
 def plugin():
-    from vllm_gdn_invariant.plugin import entry
-
     os.environ["VLLM_GDN_INVARIANT_STRICT"] = "1"
     entry.register()
     assert entry.registered_status().applied
@@ -33,9 +33,6 @@ def plugin():
 @pytest.mark.parametrize("dims", [QWEN3_NEXT_DIMS, QWEN3_NEXT_TP4_DIMS], ids=["tp1", "tp4"])
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_decode_rows_are_bitwise_equal_alone_and_in_mixed_steps(plugin, dims, state_dtype):
-    from vllm_gdn_invariant.harness.layer import make_vllm_config
-    from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, run_case
-
     vllm_config = make_vllm_config(dims, state_dtype)
     for composition in COMPOSITIONS[:CASE_COMPOSITIONS]:
         routed = run_case(vllm_config, dims, state_dtype, composition,

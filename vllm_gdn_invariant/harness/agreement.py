@@ -26,7 +26,7 @@ from torch import Tensor
 
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
 from vllm_gdn_invariant.harness.bits import compare, ordered_bits
-from vllm_gdn_invariant.harness.layer import LayerDims
+from vllm_gdn_invariant.harness.layer import STATE_DTYPES, LayerDims
 from vllm_gdn_invariant.harness.provenance import provenance
 
 SCHEMA = "vllm-gdn-invariant/provider-agreement/1"
@@ -38,7 +38,6 @@ RECURRENT_FUNCTION = "fused_recurrent_gated_delta_rule_packed_decode"
 CONV_MODULE = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
 CONV_FUNCTION = "causal_conv1d_update"
 BATCH_SIZES = (1, 4, 17, 64, 256)
-STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class LayerDims:
 QWEN3_NEXT_DIMS = LayerDims(16, 32)
 QWEN3_NEXT_TP4_DIMS = LayerDims(4, 8)  # per rank at tensor parallel 4
 LAYOUTS = {"tp1": QWEN3_NEXT_DIMS, "tp4": QWEN3_NEXT_TP4_DIMS}  # Qwen3-Next's, by TP layout
+STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # recurrent state, by name
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def run_case(
     after_routed = follow_up(routed)
     after_upstream = follow_up(upstream)
     base = {
-        **{k: v for k, v in asdict(composition).items()},
+        **asdict(composition),
         "prefills": list(composition.prefills),
         "state_dtype": str(state_dtype).removeprefix("torch."),
         "H": dims.num_k_heads,
