@@ -37,7 +37,7 @@ from vllm_gdn_invariant.harness.layer import (
     step_requests,
 )
 from vllm_gdn_invariant.harness.provenance import provenance
-from vllm_gdn_invariant.patches import routing
+from vllm_gdn_invariant.patches import routed_forward_core as routing
 
 GDN_LAYERS_QWEN3_NEXT_80B = 36
 ROUNDS = 7
@@ -78,8 +78,7 @@ def bench_case(vllm_config, state_dtype, decodes, prefill_tokens, device):
         return lambda: getattr(layer, method)(mixed_qkv=x, b=b, a=a, core_attn_out=out)
 
     def split_once():
-        meta.__dict__.pop(routing.GDN_INVARIANT_SPLIT_ATTR, None)
-        routing.gdn_invariant_split_mixed_step(meta)
+        routing.gdn_invariant_build_split(meta)
 
     def bench(fn) -> float:
         return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3

@@ -27,8 +27,17 @@ def pristine_source(version: str, wheels: Path) -> str:
     if not found:
         wheels.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"vllm=={version}",
-             "-d", str(wheels)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                f"vllm=={version}",
+                "-d",
+                str(wheels),
+            ],
             check=True,
         )
         found = sorted(wheels.glob(f"vllm-{version}-*.whl"))

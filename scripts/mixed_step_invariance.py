@@ -29,7 +29,7 @@ import torch
 from vllm_gdn_invariant.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config
 from vllm_gdn_invariant.harness.mixed_step import all_cases, run_case
 from vllm_gdn_invariant.harness.provenance import provenance
-from vllm_gdn_invariant.plugin.versions import QWEN_GDN_MODULE
+from vllm_gdn_invariant.patches.routing import QWEN_GDN_MODULE
 
 COUNTS = ("out_differ", "state_differ", "conv_differ", "following_out_differ")
 

@@ -17,9 +17,20 @@ def test_demo_runs_offline_with_the_plugin_and_reports_the_target(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_GDN_INVARIANT")}
     env.pop("VLLM_PLUGINS", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "vllm_gdn_invariant", "demo", "--max-tokens", "6",
-         "--json", str(report_path)],
-        env={**env, "PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "vllm_gdn_invariant",
+            "demo",
+            "--max-tokens",
+            "6",
+            "--json",
+            str(report_path),
+        ],
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
@@ -27,7 +38,8 @@ def test_demo_runs_offline_with_the_plugin_and_reports_the_target(tmp_path):
         assert f"[demo {phase}/5]" in proc.stdout
     assert "== gdn_invariant demo report ==" in proc.stdout
     patched = [
-        line for line in output.splitlines()
+        line
+        for line in output.splitlines()
         if "gdn_invariant: vLLM" in line and "patched QwenGatedDeltaNetAttention" in line
     ]
     assert any("EngineCore" in line for line in patched), output[-3000:]

@@ -27,10 +27,24 @@ def free_port() -> int:
 
 def serve_command(model: Path, port: int) -> list[str]:
     return [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--load-format", "dummy", "--enforce-eager",
-        "--max-model-len", "512", "--max-num-seqs", "4", "--gpu-memory-utilization", "0.2",
-        "--host", "127.0.0.1", "--port", str(port),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--load-format",
+        "dummy",
+        "--enforce-eager",
+        "--max-model-len",
+        "512",
+        "--max-num-seqs",
+        "4",
+        "--gpu-memory-utilization",
+        "0.2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
     ]
 
 
@@ -50,7 +64,9 @@ def test_vllm_serve_answers_with_the_plugin_loaded_in_every_process(tiny_model, 
     log_path = tmp_path / "serve.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            serve_command(tiny_model, port), env=plugin_env(), stdout=log,
+            serve_command(tiny_model, port),
+            env=plugin_env(),
+            stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
@@ -66,8 +82,12 @@ def test_vllm_serve_answers_with_the_plugin_loaded_in_every_process(tiny_model, 
                 time.sleep(2)
             reply = requests.post(
                 f"http://127.0.0.1:{port}/v1/completions",
-                json={"model": str(tiny_model), "prompt": words(6), "max_tokens": 5,
-                      "temperature": 0.0},
+                json={
+                    "model": str(tiny_model),
+                    "prompt": words(6),
+                    "max_tokens": 5,
+                    "temperature": 0.0,
+                },
                 timeout=120,
             )
         finally:
@@ -90,7 +110,9 @@ def test_vllm_serve_exits_with_the_plugin_message_on_bad_configuration(tiny_mode
     proc = subprocess.run(
         serve_command(tiny_model, free_port()),
         env=plugin_env(VLLM_GDN_INVARIANT_MODE="bogus"),
-        capture_output=True, text=True, timeout=START_TIMEOUT_S,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
     )
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr

@@ -35,9 +35,22 @@ def plugin():
 def test_decode_rows_are_bitwise_equal_alone_and_in_mixed_steps(plugin, dims, state_dtype):
     vllm_config = make_vllm_config(dims, state_dtype)
     for composition in COMPOSITIONS[:CASE_COMPOSITIONS]:
-        routed = run_case(vllm_config, dims, state_dtype, composition,
-                          gqa_interleaved_layout=True, device=torch.device("cuda"))["routed"]
-        for key in ("out_differ", "state_differ", "conv_differ", "following_out_differ",
-                    "prefill_out_differ_vs_unpatched", "prefill_state_differ_vs_unpatched",
-                    "prefill_conv_differ_vs_unpatched", "unwritten_out_rows"):
+        routed = run_case(
+            vllm_config,
+            dims,
+            state_dtype,
+            composition,
+            gqa_interleaved_layout=True,
+            device=torch.device("cuda"),
+        )["routed"]
+        for key in (
+            "out_differ",
+            "state_differ",
+            "conv_differ",
+            "following_out_differ",
+            "prefill_out_differ_vs_unpatched",
+            "prefill_state_differ_vs_unpatched",
+            "prefill_conv_differ_vs_unpatched",
+            "unwritten_out_rows",
+        ):
             assert routed[key] == 0, (composition, key, routed)

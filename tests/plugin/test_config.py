@@ -2,22 +2,15 @@
 
 import pytest
 
-from vllm_gdn_invariant.plugin.config import (
-    DEFAULT_SHADOW_OUT,
-    ConfigError,
-    Mode,
-    PluginConfig,
-    ShadowConfig,
-    load_config,
-)
+from vllm_gdn_invariant.plugin.config import ConfigError, Mode, PluginConfig, load_config
 
 
-def test_defaults_are_route_not_strict_no_shadow():
-    assert load_config({}) == PluginConfig(Mode.ROUTE, False, None)
+def test_defaults_are_route_not_strict():
+    assert load_config({}) == PluginConfig(Mode.ROUTE, False)
 
 
 @pytest.mark.parametrize(
-    "value, mode", [("route", Mode.ROUTE), ("GOLDEN", Mode.GOLDEN), (" off ", Mode.OFF)]
+    "value, mode", [("route", Mode.ROUTE), ("ROUTE", Mode.ROUTE), (" off ", Mode.OFF)]
 )
 def test_mode_values(value, mode):
     assert load_config({"VLLM_GDN_INVARIANT_MODE": value}).mode is mode
@@ -28,19 +21,9 @@ def test_strict_values(value, strict):
     assert load_config({"VLLM_GDN_INVARIANT_STRICT": value}).strict is strict
 
 
-@pytest.mark.parametrize(
-    "value, shadow",
-    [
-        ("off", None),
-        ("0", None),
-        ("", None),
-        ("0.25", ShadowConfig(0.25, DEFAULT_SHADOW_OUT, 0)),
-        ("rate=1", ShadowConfig(1.0, DEFAULT_SHADOW_OUT, 0)),
-        ("0.5,out=/tmp/s.jsonl,seed=7", ShadowConfig(0.5, "/tmp/s.jsonl", 7)),
-    ],
-)
-def test_shadow_values(value, shadow):
-    assert load_config({"VLLM_GDN_INVARIANT_SHADOW": value}).shadow == shadow
+@pytest.mark.parametrize("value", ["off", "OFF", "0", ""])
+def test_shadow_off_is_accepted(value):
+    assert load_config({"VLLM_GDN_INVARIANT_SHADOW": value}) == PluginConfig()
 
 
 @pytest.mark.parametrize(
@@ -51,12 +34,7 @@ def test_shadow_values(value, shadow):
         ("VLLM_GDN_INVARIANT_STRICT", "yes"),
         ("VLLM_GDN_INVARIANT_STRICT", "2"),
         ("VLLM_GDN_INVARIANT_SHADOW", "1.5"),
-        ("VLLM_GDN_INVARIANT_SHADOW", "-0.1"),
         ("VLLM_GDN_INVARIANT_SHADOW", "lots"),
-        ("VLLM_GDN_INVARIANT_SHADOW", "0.1,out="),
-        ("VLLM_GDN_INVARIANT_SHADOW", "0.1,color=red"),
-        ("VLLM_GDN_INVARIANT_SHADOW", "0.1,seed=x"),
-        ("VLLM_GDN_INVARIANT_SHADOW", "0.1,seed=1,seed=2"),
     ],
 )
 def test_bad_value_names_variable_value_and_choices(name, value):
@@ -67,6 +45,20 @@ def test_bad_value_names_variable_value_and_choices(name, value):
     assert repr(value) in message
     assert "valid values:" in message
     assert info.value.name == name
+
+
+@pytest.mark.parametrize(
+    "name, value, reason",
+    [
+        ("VLLM_GDN_INVARIANT_MODE", "golden", "golden-matched kernels, not in this release"),
+        ("VLLM_GDN_INVARIANT_SHADOW", "0.1", "shadow checker is not in this release"),
+        ("VLLM_GDN_INVARIANT_SHADOW", "1.0,out=/tmp/s.jsonl", "not in this release"),
+    ],
+)
+def test_settings_of_parts_not_in_this_release_are_refused_not_ignored(name, value, reason):
+    with pytest.raises(ConfigError) as info:
+        load_config({name: value})
+    assert name in str(info.value) and reason in str(info.value)
 
 
 def test_config_is_frozen():

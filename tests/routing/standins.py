@@ -32,8 +32,16 @@ def write_blocks(cache: torch.Tensor, new: torch.Tensor, indices: torch.Tensor) 
     cache[active] = new[active]
 
 
-def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
-                         conv_state_indices=None, validate_data=False, **unused):
+def causal_conv1d_update(
+    x,
+    conv_state,
+    weight,
+    bias=None,
+    activation=None,
+    conv_state_indices=None,
+    validate_data=False,
+    **unused,
+):
     assert not unused.get("num_accepted_tokens"), "spec decode does not reach the stand-in"
     indices = conv_state_indices.to(torch.int64)
     out, new = conv_update(x, conv_state, weight, indices, bias=bias, activation=activation)
@@ -42,15 +50,31 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
 
 
 def fused_recurrent_gated_delta_rule_packed_decode(
-    mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
+    mixed_qkv,
+    a,
+    b,
+    A_log,
+    dt_bias,
+    scale,
+    initial_state,
+    out,
+    ssm_state_indices,
     use_qk_l2norm_in_kernel=True,
 ):
     num_v_heads, head_v_dim, head_k_dim = initial_state.shape[1:]
     num_k_heads = (mixed_qkv.shape[1] - num_v_heads * head_v_dim) // (2 * head_k_dim)
     indices = ssm_state_indices.to(torch.int64)
     o, new = recurrent_step(
-        mixed_qkv, a, b, A_log, dt_bias, initial_state, indices,
-        num_k_heads=num_k_heads, scale=scale, use_qk_l2norm=use_qk_l2norm_in_kernel,
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        initial_state,
+        indices,
+        num_k_heads=num_k_heads,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm_in_kernel,
     )
     out.copy_(o)
     write_blocks(initial_state, new, indices)
@@ -69,8 +93,20 @@ def float64_recurrence(q, k, v, g, beta, h):
 
 
 def fused_sigmoid_gating_delta_rule_update(
-    A_log, a, b, dt_bias, q, k, v, initial_state, inplace_final_state, cu_seqlens,
-    ssm_state_indices, use_qk_l2norm_in_kernel=True, num_accepted_tokens=None, **unused,
+    A_log,
+    a,
+    b,
+    dt_bias,
+    q,
+    k,
+    v,
+    initial_state,
+    inplace_final_state,
+    cu_seqlens,
+    ssm_state_indices,
+    use_qk_l2norm_in_kernel=True,
+    num_accepted_tokens=None,
+    **unused,
 ):
     assert num_accepted_tokens is None and inplace_final_state
     scale = q.shape[-1] ** -0.5
@@ -113,8 +149,18 @@ def check_conv_programs(metadata, query_start_loc) -> None:
     assert chunk[: len(offsets)].tolist() == offsets
 
 
-def causal_conv1d_fn(x, weight, bias, activation, conv_states, has_initial_state,
-                     cache_indices, query_start_loc, metadata=None, **unused):
+def causal_conv1d_fn(
+    x,
+    weight,
+    bias,
+    activation,
+    conv_states,
+    has_initial_state,
+    cache_indices,
+    query_start_loc,
+    metadata=None,
+    **unused,
+):
     check_conv_programs(metadata, query_start_loc)
     tokens = x.transpose(0, 1)  # [T, dim]
     out = torch.empty_like(x)
@@ -127,16 +173,27 @@ def causal_conv1d_fn(x, weight, bias, activation, conv_states, has_initial_state
             continue
         scratch[1] = conv_states[block] if bool(has_initial_state[seq]) else 0
         for t in range(start, end):
-            y, new = conv_update(tokens[t : t + 1], scratch, weight, one, bias=bias,
-                                 activation=activation)
+            y, new = conv_update(
+                tokens[t : t + 1], scratch, weight, one, bias=bias, activation=activation
+            )
             out[:, t] = y[0]
             scratch = new
         conv_states[block] = scratch[1]
     return out
 
 
-def fused_post_conv_prep(conv_output, a, b, A_log, dt_bias, num_k_heads, head_k_dim,
-                         head_v_dim, apply_l2norm=True, output_g_exp=False):
+def fused_post_conv_prep(
+    conv_output,
+    a,
+    b,
+    A_log,
+    dt_bias,
+    num_k_heads,
+    head_k_dim,
+    head_v_dim,
+    apply_l2norm=True,
+    output_g_exp=False,
+):
     assert not output_g_exp
     length = conv_output.shape[0]
     key_dim = num_k_heads * head_k_dim
@@ -151,8 +208,18 @@ def fused_post_conv_prep(conv_output, a, b, A_log, dt_bias, num_k_heads, head_k_
     return (q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), g, beta)
 
 
-def chunk_gated_delta_rule(q, k, v, g, beta, initial_state, output_final_state, cu_seqlens,
-                           use_qk_l2norm_in_kernel=False, **unused):
+def chunk_gated_delta_rule(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    initial_state,
+    output_final_state,
+    cu_seqlens,
+    use_qk_l2norm_in_kernel=False,
+    **unused,
+):
     assert output_final_state and not use_qk_l2norm_in_kernel
     scale = q.shape[-1] ** -0.5
     out = torch.zeros(1, q.shape[1], v.shape[2], v.shape[3], dtype=q.dtype)
@@ -162,8 +229,12 @@ def chunk_gated_delta_rule(q, k, v, g, beta, initial_state, output_final_state, 
         h = final[seq].double()
         for t in range(start, end):
             out[0, t] = float64_recurrence(
-                q[0, t].double() * scale, k[0, t].double(), v[0, t].double(),
-                g[0, t].double(), beta[0, t].double(), h,
+                q[0, t].double() * scale,
+                k[0, t].double(),
+                v[0, t].double(),
+                g[0, t].double(),
+                beta[0, t].double(),
+                h,
             ).to(out.dtype)
         final[seq] = h.float()
     return out, final

@@ -54,8 +54,9 @@ def test_patch_applies_to_the_pristine_file_and_keeps_upstream_intact(
     target.parent.mkdir(parents=True)
     target.write_text(pristine, encoding="utf-8")
     with open(patch_file(version), "rb") as diff:
-        subprocess.run(["patch", "-p1", "--forward", "--quiet"], stdin=diff, cwd=tmp_path,
-                       check=True)
+        subprocess.run(
+            ["patch", "-p1", "--forward", "--quiet"], stdin=diff, cwd=tmp_path, check=True
+        )
     patched = target.read_text(encoding="utf-8")
     assert patched == patched_source(pristine)
     compile(patched, str(target), "exec")

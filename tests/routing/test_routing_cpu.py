@@ -25,7 +25,8 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
-from vllm_gdn_invariant.patches import routing, routing_patch
+from vllm_gdn_invariant.patches import routed_forward_core as routing
+from vllm_gdn_invariant.patches import routing_patch
 
 from . import standins
 
@@ -87,8 +88,9 @@ def slice_inputs(inputs, rows):
 
 
 @pytest.mark.parametrize("decodes, prefills, fresh", COMPOSITIONS)
-def test_decode_rows_of_a_mixed_step_get_the_decode_only_bits(routed, setup, decodes, prefills,
-                                                              fresh):
+def test_decode_rows_of_a_mixed_step_get_the_decode_only_bits(
+    routed, setup, decodes, prefills, fresh
+):
     state_dtype, vllm_config = setup
     g = torch.Generator().manual_seed(decodes * 100 + sum(prefills))
     requests = step_requests(decodes, prefills, fresh)
@@ -96,11 +98,13 @@ def test_decode_rows_of_a_mixed_step_get_the_decode_only_bits(routed, setup, dec
     inputs = step_inputs(DIMS, sum(r.query_len for r in requests), CPU, g)
     decode_blocks = slice(1, decodes + 1)
 
-    alone_out, alone = run(vllm_config, state, requests[:decodes],
-                           slice_inputs(inputs, slice(0, decodes)))
+    alone_out, alone = run(
+        vllm_config, state, requests[:decodes], slice_inputs(inputs, slice(0, decodes))
+    )
     mixed_out, mixed = run(vllm_config, state, requests, inputs)
-    upstream_out, upstream = run(vllm_config, state, requests, inputs,
-                                 method="_forward_core_upstream")
+    upstream_out, upstream = run(
+        vllm_config, state, requests, inputs, method="_forward_core_upstream"
+    )
 
     assert torch.equal(mixed_out[:decodes], alone_out)
     assert torch.equal(mixed.ssm_state[decode_blocks], alone.ssm_state[decode_blocks])
@@ -112,8 +116,9 @@ def test_decode_rows_of_a_mixed_step_get_the_decode_only_bits(routed, setup, dec
 
 
 @pytest.mark.parametrize("decodes, prefills, fresh", COMPOSITIONS)
-def test_prefill_rows_of_a_mixed_step_get_the_prefill_only_bits(routed, setup, decodes,
-                                                                prefills, fresh):
+def test_prefill_rows_of_a_mixed_step_get_the_prefill_only_bits(
+    routed, setup, decodes, prefills, fresh
+):
     state_dtype, vllm_config = setup
     g = torch.Generator().manual_seed(7 + decodes)
     requests = step_requests(decodes, prefills, fresh)
@@ -123,10 +128,13 @@ def test_prefill_rows_of_a_mixed_step_get_the_prefill_only_bits(routed, setup, d
     prefill_blocks = slice(decodes + 1, len(requests) + 1)
 
     mixed_out, mixed = run(vllm_config, state, requests, inputs)
-    upstream_out, upstream = run(vllm_config, state, requests, inputs,
-                                 method="_forward_core_upstream")
+    upstream_out, upstream = run(
+        vllm_config, state, requests, inputs, method="_forward_core_upstream"
+    )
     alone_out, alone = run(
-        vllm_config, state, requests[decodes:],
+        vllm_config,
+        state,
+        requests[decodes:],
         slice_inputs(inputs, slice(decodes, num_tokens)),
         blocks=range(decodes + 1, len(requests) + 1),
     )
@@ -179,8 +187,9 @@ def test_spec_steps_go_to_upstream_untouched(routed, setup):
     requests = step_requests(2, [6], True)
     metadata = build_metadata(vllm_config, requests, CPU)
     spec = dataclasses.replace(metadata, spec_sequence_masks=torch.tensor([True, False, False]))
-    layer = new_layer(vllm_config, make_layer_state(
-        DIMS, torch.float32, 5, CPU, torch.Generator().manual_seed(0)))
+    layer = new_layer(
+        vllm_config, make_layer_state(DIMS, torch.float32, 5, CPU, torch.Generator().manual_seed(0))
+    )
     assert routing.gdn_invariant_routes(layer, metadata)
     assert not routing.gdn_invariant_routes(layer, spec)
     object.__setattr__(layer, "enable_packed_recurrent_decode", False)

@@ -269,12 +269,12 @@ def patched_forward_context(vllm_config, attn_metadata: dict):
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
-    from vllm_gdn_invariant.patches import routing
+    from vllm_gdn_invariant.patches import routed_forward_core
 
     context = types.SimpleNamespace(attn_metadata=attn_metadata)
     with contextlib.ExitStack() as stack:
         stack.enter_context(set_current_vllm_config(vllm_config))
-        for module in (qwen, routing):
+        for module in (qwen, routed_forward_core):
             stack.enter_context(
                 mock.patch.object(module, "get_forward_context", return_value=context)
             )

@@ -3,14 +3,41 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from vllm_gdn_invariant.plugin.fingerprint import SourceTarget
-
 PATCH_ATTR = "__gdn_invariant_original__"
+
+
+@dataclass(frozen=True)
+class SourceTarget:
+    """A function of vLLM, named by module and qualified name (``Class.method``)."""
+
+    module: str
+    qualname: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+    @property
+    def path_in_package(self) -> str:
+        """The module's file relative to site-packages, as it lies in a wheel."""
+        return self.module.replace(".", "/") + ".py"
+
+    def installed_source_file(self) -> Path | None:
+        """The installed module file, found without importing the module."""
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            return None
+        return Path(spec.origin)
 
 
 class PatchError(RuntimeError):

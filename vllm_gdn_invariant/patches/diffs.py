@@ -2,9 +2,10 @@
 
 :func:`patched_source` turns a pristine module text into the patched one: vLLM's
 ``_forward_core`` is renamed ``_forward_core_upstream``, the plugin's
-:func:`~vllm_gdn_invariant.patches.routing.routed_forward_core` is inserted before it as the
-new ``_forward_core``, and the helpers it calls are inserted before the class. The inserted
-text is the plugin's own source, so the diffs under ``patches/`` and the plugin are one change.
+:func:`~vllm_gdn_invariant.patches.routed_forward_core.routed_forward_core` is inserted
+before it as the new ``_forward_core``, and the helpers it calls are inserted before the
+class. The inserted text is the plugin's own source, so the diffs under ``patches/`` and the
+plugin are one change.
 """
 
 from __future__ import annotations
@@ -14,24 +15,26 @@ import difflib
 import inspect
 import textwrap
 
-from vllm_gdn_invariant.patches import routing
-from vllm_gdn_invariant.plugin.versions import FORWARD_CORE
+from vllm_gdn_invariant.patches import routed_forward_core
+from vllm_gdn_invariant.patches.routing import FORWARD_CORE, QWEN_GDN_CLASS, UPSTREAM_NAME
 
-CLASS_NAME = "QwenGatedDeltaNetAttention"
-UPSTREAM_NAME = "_forward_core_upstream"
 MODULE_PATH = FORWARD_CORE.path_in_package
 PATCH_FILE_NAME = "qwen_gdn_linear_attn.patch"
 
-# Module-level statements of routing.py copied into vLLM's module, in this order.
+# Module-level statements of routed_forward_core.py copied into vLLM's module, in this order.
 HELPERS = (
-    "GDN_INVARIANT_SPLIT_ATTR",
     "GDN_INVARIANT_PAD_SLOT_ID",
-    "GDN_INVARIANT_WARNED",
+    "GDN_INVARIANT_SPLITS",
     "gdn_invariant_drop_programs",
     "gdn_invariant_rebase_conv_programs",
+    "gdn_invariant_rebase_checkpoint",
+    "gdn_invariant_rebase_flashinfer_plan",
+    "gdn_invariant_build_split",
     "gdn_invariant_split_mixed_step",
     "gdn_invariant_routes",
 )
+# Standard-library imports the copied code needs, added at the top of vLLM's module.
+IMPORTS = ("import dataclasses\n", "import weakref\n")
 BANNER = "# vllm-gdn-invariant: route mixed-step decode rows through the decode-only kernels."
 
 
@@ -51,19 +54,19 @@ def _statement_sources(module_source: str, names: tuple[str, ...]) -> list[str]:
             found[name] = ast.get_source_segment(module_source, node) or ""
     missing = [n for n in names if not found.get(n)]
     if missing:
-        raise LookupError(f"routing.py lacks {missing}")
+        raise LookupError(f"routed_forward_core.py lacks {missing}")
     return [found[n] for n in names]
 
 
 def helper_block() -> str:
-    sources = _statement_sources(inspect.getsource(routing), HELPERS)
+    sources = _statement_sources(inspect.getsource(routed_forward_core), HELPERS)
     constants = [s for s in sources if not s.startswith("def ")]
     functions = [s for s in sources if s.startswith("def ")]
     return "\n".join([BANNER, *constants, "", "", "\n\n\n".join(functions), "", ""]) + "\n"
 
 
 def method_block() -> str:
-    source = inspect.getsource(routing.routed_forward_core)
+    source = inspect.getsource(routed_forward_core.routed_forward_core)
     source = source.replace("def routed_forward_core(", "def _forward_core(", 1)
     return textwrap.indent(source, "    ") + "\n"
 
@@ -72,7 +75,7 @@ def patched_source(pristine: str) -> str:
     """The module text with the routing change applied."""
     lines = pristine.splitlines(keepends=True)
     tree = ast.parse(pristine)
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS_NAME)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == QWEN_GDN_CLASS)
     method = next(
         n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_forward_core"
     )
@@ -83,10 +86,9 @@ def patched_source(pristine: str) -> str:
     lines.insert(def_line, method_block())
     class_start = min([cls.lineno, *(d.lineno for d in cls.decorator_list)]) - 1
     lines.insert(class_start, helper_block())
-    import_line = next(
-        i for i, line in enumerate(lines) if line.startswith(("import ", "from "))
-    )
-    lines.insert(import_line, "import dataclasses\n")
+    import_line = next(i for i, line in enumerate(lines) if line.startswith(("import ", "from ")))
+    for statement in reversed(IMPORTS):
+        lines.insert(import_line, statement)
     return "".join(lines)
 
 

@@ -2,8 +2,14 @@
 
 vLLM calls :func:`register` in every process it starts (API server, engine core, workers,
 the model-inspection subprocess). It reads the configuration, checks the installed vLLM
-build and the source fingerprint of every function it touches, then patches all or nothing
-and logs one line saying what it did.
+build, the source fingerprint of every function it touches and the platform, then patches
+all or nothing and logs one line saying what it did, through vLLM's logger
+(``vllm.gdn_invariant``: ``VLLM_LOGGING_LEVEL`` and ``VLLM_CONFIGURE_LOGGING`` apply).
+
+A bad value of the plugin's own environment variables raises :class:`ConfigError`, as vLLM
+does for its own. Anything else that goes wrong (an unknown build or source, an unsupported
+platform, a failing import, a failing patch) logs one warning line and patches nothing;
+with ``VLLM_GDN_INVARIANT_STRICT=1`` it raises instead, with the cause.
 """
 
 from __future__ import annotations
@@ -12,15 +18,21 @@ import dataclasses
 import logging
 import multiprocessing
 import os
-import sys
 import threading
 from dataclasses import dataclass
 
-from vllm_gdn_invariant.patches import MethodPatch, PatchError, apply_all, patches_for
+from vllm_gdn_invariant.patches import MethodPatch, PatchError, apply_all, routing_patch
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig, load_config
+from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
 from vllm_gdn_invariant.plugin.versions import GuardResult, check_targets
 
-logger = logging.getLogger("vllm_gdn_invariant")
+try:
+    from vllm.logger import init_logger
+except Exception:  # noqa: BLE001 - without vLLM (doctor) the stdlib logger of that name serves
+    init_logger = logging.getLogger
+
+LOGGER_NAME = "vllm.gdn_invariant"
+logger = init_logger(LOGGER_NAME)
 
 PACKED_DECODE_ENV = "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE"
 
@@ -29,7 +41,22 @@ _registered: PluginStatus | None = None
 
 
 class UnsupportedVllmError(RuntimeError):
-    """Strict mode: the installed vLLM build or its source is not one the plugin knows."""
+    """Strict mode: the plugin cannot patch this vLLM (build, source, platform or import)."""
+
+
+def patches_for(config: PluginConfig) -> list[MethodPatch]:
+    """The patches the plugin installs for ``config`` (none in mode off)."""
+    if config.mode is Mode.OFF:
+        return []
+    return [routing_patch()]
+
+
+def packed_decode_enabled() -> bool:
+    """vLLM's ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE`` (default on), parsed as vLLM does."""
+    try:
+        return bool(int(os.environ.get(PACKED_DECODE_ENV, "1")))
+    except ValueError:
+        return True
 
 
 @dataclass(frozen=True)
@@ -39,24 +66,21 @@ class PluginStatus:
     config: PluginConfig
     guard: GuardResult | None
     patches: tuple[MethodPatch, ...]
+    platform: PlatformCheck | None = None
     applied: bool = False
-    patch_error: str | None = None
-
-    @property
-    def packed_decode(self) -> bool:
-        """vLLM's ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE`` (default on); parsed as vLLM does."""
-        try:
-            return bool(int(os.environ.get(PACKED_DECODE_ENV, "1")))
-        except ValueError:
-            return True
+    error: str | None = None
 
     @property
     def refusal(self) -> str | None:
         if self.config.mode is Mode.OFF:
             return None
-        if self.patch_error is not None:
-            return self.patch_error
-        return None if self.guard is None else self.guard.refusal
+        if self.error is not None:
+            return self.error
+        if self.guard is not None and self.guard.refusal is not None:
+            return self.guard.refusal
+        if self.platform is not None:
+            return self.platform.refusal
+        return None
 
     @property
     def will_patch(self) -> bool:
@@ -70,12 +94,12 @@ class PluginStatus:
             return f"nothing patched: {self.refusal}"
         verb = "patched" if self.applied else "would patch"
         action = f"{verb} " + ", ".join(p.name for p in self.patches)
-        if self.config.mode is Mode.GOLDEN:
+        if self.platform is not None and self.platform.is_cpu:
             action += (
-                " (mode golden: the golden-matched kernels are not in this release, so decode"
-                " rows run vLLM's decode-only kernels exactly as in mode route)"
+                " (CPU platform: GDN layers run forward_cpu, which does not call"
+                " _forward_core, so no step is routed)"
             )
-        if not self.packed_decode:
+        elif not packed_decode_enabled():
             action += (
                 f" ({PACKED_DECODE_ENV}=0: vLLM runs every decode row through "
                 "fused_sigmoid_gating_delta_rule_update; mixed steps are left to vLLM)"
@@ -92,63 +116,74 @@ class PluginStatus:
 
 
 def plan(config: PluginConfig | None = None) -> PluginStatus:
-    """Decide what :func:`register` would patch, without patching anything."""
+    """Decide what :func:`register` would patch, without patching anything.
+
+    Fingerprints are read from the installed files; the platform is asked of vLLM only
+    when the fingerprints pass.
+    """
     config = load_config() if config is None else config
     if config.mode is Mode.OFF:
         return PluginStatus(config, None, ())
     patches = tuple(patches_for(config))
     targets = [(p.target, "replaced") for p in patches]
     targets += [(t, "relied on") for p in patches for t in p.relies_on]
-    return PluginStatus(config, check_targets(targets), patches)
+    guard = check_targets(targets)
+    platform = check_platform() if guard.ok else None
+    return PluginStatus(config, guard, patches, platform)
 
 
-def configure_logging() -> None:
-    """Give the package logger a stderr handler at INFO unless logging is configured."""
-    if logger.handlers or logging.getLogger().handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s", "%m-%d %H:%M:%S")
-    )
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+def _register(config: PluginConfig) -> PluginStatus:
+    status = plan(config)
+    if status.refusal is not None:
+        if config.strict:
+            raise UnsupportedVllmError(
+                f"gdn_invariant (VLLM_GDN_INVARIANT_STRICT=1): {status.refusal}"
+            )
+        logger.warning(status.summary())
+        return status
+    if not status.will_patch:
+        logger.info(status.summary())
+        return status
+    try:
+        apply_all(status.patches)
+    except PatchError as exc:
+        if config.strict:
+            raise
+        status = dataclasses.replace(status, error=str(exc))
+        logger.warning(status.summary())
+        return status
+    status = dataclasses.replace(status, applied=True)
+    logger.info(status.summary())
+    return status
 
 
 def register() -> None:
     """Entry point: configure, check, patch. A second call in the same process does nothing.
 
     Raises :class:`~vllm_gdn_invariant.plugin.config.ConfigError` on a bad environment
-    variable and, in strict mode, :class:`UnsupportedVllmError` on an unknown build or source
-    and :class:`~vllm_gdn_invariant.patches.PatchError` when a target is not vLLM's own method.
-    Outside strict mode those log one warning line and patch nothing.
+    variable. Outside strict mode nothing else escapes: any failure logs one warning line
+    and patches nothing. In strict mode an unknown build, source or platform raises
+    :class:`UnsupportedVllmError`, a target that is not vLLM's own method
+    :class:`~vllm_gdn_invariant.patches.PatchError`, and any other failure
+    :class:`UnsupportedVllmError` chained to its cause.
     """
     global _registered
     with _lock:
         if _registered is not None:
             return
-        configure_logging()
-        status = plan()
-        if status.refusal is not None:
-            if status.config.strict:
+        config = load_config()
+        try:
+            status = _register(config)
+        except (UnsupportedVllmError, PatchError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the plugin never takes vLLM down unasked
+            cause = f"{type(exc).__name__}: {exc}"
+            if config.strict:
                 raise UnsupportedVllmError(
-                    f"gdn_invariant (VLLM_GDN_INVARIANT_STRICT=1): {status.refusal}"
-                )
+                    f"gdn_invariant (VLLM_GDN_INVARIANT_STRICT=1): {cause}"
+                ) from exc
+            status = PluginStatus(config, None, (), error=f"failed: {cause}")
             logger.warning(status.summary())
-        elif status.will_patch:
-            try:
-                apply_all(status.patches)
-            except PatchError as exc:
-                if status.config.strict:
-                    raise
-                status = dataclasses.replace(status, patch_error=str(exc))
-                logger.warning(status.summary())
-            else:
-                status = dataclasses.replace(status, applied=True)
-                level = logging.WARNING if status.config.mode is Mode.GOLDEN else logging.INFO
-                logger.log(level, status.summary())
-        else:
-            logger.info(status.summary())
         _registered = status
 
 
