@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from vllm_gdn_invariant.cli.tiny_model import words, write_tiny_model
+from vllm_gdn_invariant.models.tiny import words, write_tiny_model
 
 pytestmark = pytest.mark.engine
 

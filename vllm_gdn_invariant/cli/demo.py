@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vllm_gdn_invariant.cli.tiny_model import words, write_tiny_model
+from vllm_gdn_invariant.models.tiny import words, write_tiny_model
 from vllm_gdn_invariant.plugin.entry import plan, registered_status
 
 PLUGIN_NAME = "gdn_invariant"

@@ -23,7 +23,7 @@ from unittest import mock
 
 import torch
 
-from vllm_gdn_invariant.cli.tiny_model import TINY_QWEN3_NEXT
+from vllm_gdn_invariant.models.tiny import TINY_QWEN3_NEXT
 
 PREFIX = "model.layers.0.linear_attn"
 BLOCK_SIZE = 16
