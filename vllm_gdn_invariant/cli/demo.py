@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vllm_gdn_invariant import cli
 from vllm_gdn_invariant.models.tiny import words, write_tiny_model
 from vllm_gdn_invariant.plugin.entry import plan, registered_status
 
@@ -182,19 +183,19 @@ def run_demo(model_dir: str | None, max_tokens: int, seed: int) -> DemoReport:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m vllm_gdn_invariant demo", description=__doc__)
-    parser.add_argument("--model", help="a model folder to use instead of the tiny default")
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="also write the report as JSON to this file")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run the demo with the parsed ``demo`` arguments; print (and write) the report."""
     report = run_demo(args.model, args.max_tokens, args.seed)
     print("\n".join(["", "== gdn_invariant demo report ==", *report.lines()]), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(asdict(report), fh, indent=1)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``demo`` with its own arguments, as ``vllm-gdn-invariant demo ARGS``."""
+    return cli.main(["demo", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -1,40 +1,81 @@
-"""``python -m vllm_gdn_invariant doctor``: what the plugin would do here, and why.
+"""``doctor``: what the plugin would do here, and why.
 
-Prints the installed vLLM build, the platform, the parsed configuration and every function
-the plugin replaces or relies on with its fingerprint status. Exits 0 when the plugin would
-patch (or is off), 1 when it would refuse, 2 when its configuration is invalid.
+Prints the entry point, ``VLLM_PLUGINS``, the plugin's configuration, the installed vLLM build
+and the supported ones, the platform and the plugin's verdict on it, vLLM's
+``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE``, every function the plugin replaces or relies on
+with its fingerprint status, the verdict, and which engine steps are routed
+(:func:`~vllm_gdn_invariant.plugin.scope.routing_scope`).
+
+``doctor --model DIR [vLLM engine flags ...]`` also builds vLLM's config as ``vllm serve``
+does (:mod:`vllm_gdn_invariant.cli.serve_config`) and reports prefix caching, the mamba cache
+mode, the GDN prefill backend vLLM picks and speculative decoding; the routed steps then
+account for them.
+
+Exit status: 0 when the plugin would patch (or is off) and vLLM's config, if asked for,
+builds; 1 when the plugin would refuse, or vLLM fails to build its config (or refuses the
+prefill backend, or cannot read ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE``); 2 when the
+plugin's configuration is invalid or vLLM's parser rejects a flag after ``--model DIR``.
+Each failure is printed on its line; none ends in a traceback.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import os
+import shlex
 import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from vllm_gdn_invariant import __version__, cli
+from vllm_gdn_invariant.cli import describe_error
 from vllm_gdn_invariant.plugin.config import ConfigError, load_config
-from vllm_gdn_invariant.plugin.entry import plan
-from vllm_gdn_invariant.plugin.versions import supported_builds
+from vllm_gdn_invariant.plugin.entry import PluginStatus, plan
+from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
+from vllm_gdn_invariant.plugin.scope import PACKED_DECODE_ENV, routing_scope
+from vllm_gdn_invariant.plugin.versions import installed_vllm, supported_builds
+
+if TYPE_CHECKING:
+    from vllm_gdn_invariant.cli.serve_config import ServeConfig
 
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 ENTRY_POINT_NAME = "gdn_invariant"
+LABEL_WIDTH = 15
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_INVALID = 2
 
 
-def entry_point_line() -> str:
-    found = [
-        ep
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-        if ep.name == ENTRY_POINT_NAME
-    ]
-    if not found:
+def line(label: str, text: str) -> str:
+    return f"{label + ':':<{LABEL_WIDTH}} {text}"
+
+
+def entry_point_value() -> str | None:
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == ENTRY_POINT_NAME:
+            return ep.value
+    return None
+
+
+def entry_point_line(value: str | None) -> str:
+    if value is None:
         return f"{ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME} NOT FOUND (is the package installed?)"
-    return f"{ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME} -> {found[0].value}"
+    return f"{ENTRY_POINT_GROUP}:{ENTRY_POINT_NAME} -> {value}"
+
+
+def plugins_env_loads() -> bool:
+    """Whether ``VLLM_PLUGINS`` lets vLLM load this plugin (unset: every plugin is loaded)."""
+    value = os.environ.get("VLLM_PLUGINS")
+    return value is None or ENTRY_POINT_NAME in value.split(",")
 
 
 def plugins_env_line() -> str:
     value = os.environ.get("VLLM_PLUGINS")
     if value is None:
         return "unset (vLLM loads every installed plugin, this one included)"
-    if ENTRY_POINT_NAME in value.split(","):
+    if plugins_env_loads():
         return f"{value!r} (loads gdn_invariant)"
     return f"{value!r} (does NOT load gdn_invariant; add it to the list)"
 
@@ -43,7 +84,7 @@ def platform_line() -> str:
     import torch
 
     try:
-        from vllm.platforms import current_platform
+        from vllm.platforms import current_platform  # doctor also runs without vLLM
 
         name = f"{type(current_platform).__name__} ({current_platform.device_name})"
     except Exception as exc:  # noqa: BLE001 - doctor reports, it does not fail here
@@ -52,44 +93,226 @@ def platform_line() -> str:
     return f"{name}; torch {torch.__version__}; {cuda}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def read_platform() -> tuple[PlatformCheck | None, str | None]:
+    """The plugin's platform check, or None and the reason it could not be made."""
     try:
-        from vllm_gdn_invariant import __version__
-    except ImportError:
-        __version__ = "unknown"
-    print(f"vllm-gdn-invariant {__version__} doctor")
-    print(f"entry point:  {entry_point_line()}")
-    print(f"VLLM_PLUGINS: {plugins_env_line()}")
+        return check_platform(), None
+    except Exception as exc:  # noqa: BLE001 - doctor reports, it does not fail here
+        return None, describe_error(exc)
+
+
+def platform_check_text(check: PlatformCheck | None, error: str | None) -> str:
+    if check is None:
+        return f"not made: vLLM's platform could not be read ({error})"
+    if check.refusal is not None:
+        return f"REFUSED: {check.refusal}"
+    if check.is_cpu:
+        return (
+            "CPU (vLLM's CPU build): supported, the patch is inert here: GDN layers run "
+            "forward_cpu, which does not call _forward_core"
+        )
+    return "CUDA: supported"
+
+
+@dataclass(frozen=True)
+class PackedDecode:
+    """vLLM's ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE`` in this environment."""
+
+    raw: str | None
+    enabled: bool | None  # None: vLLM cannot parse it
+
+    @classmethod
+    def from_env(cls) -> PackedDecode:
+        raw = os.environ.get(PACKED_DECODE_ENV)
+        if raw is None:
+            return cls(None, True)
+        try:
+            return cls(raw, bool(int(raw)))  # vLLM's envs.py: bool(int(os.getenv(..., "1")))
+        except ValueError:
+            return cls(raw, None)
+
+    def text(self) -> str:
+        if self.raw is None:
+            return f"on ({PACKED_DECODE_ENV} unset; vLLM's default is 1)"
+        if self.enabled is None:
+            return (
+                f"INVALID: {PACKED_DECODE_ENV}={self.raw!r} is not an integer; vLLM raises "
+                "ValueError when it builds a GDN layer"
+            )
+        if self.enabled:
+            return f"on ({PACKED_DECODE_ENV}={self.raw})"
+        return (
+            f"off ({PACKED_DECODE_ENV}={self.raw}): vLLM runs every decode row through "
+            "fused_sigmoid_gating_delta_rule_update"
+        )
+
+
+def target_lines(status: PluginStatus) -> list[str]:
+    guard = status.guard
+    if guard is None or not guard.checks:
+        return []
+    width = max(len(c.target.qualname) for c in guard.checks)
+    return ["targets:"] + [
+        f"  {check.role:<10} {check.target.qualname:<{width}}  "
+        f"expected {check.expected or '-':<16}  found {check.found or '-':<16}  "
+        f"{check.state.value}"
+        for check in guard.checks
+    ]
+
+
+def not_patched_reason(status: PluginStatus, entry_point: str | None) -> str | None:
+    """Why the plugin patches nothing in vLLM's processes, None when it patches."""
+    if entry_point is None:
+        return "its entry point is not installed"
+    if not plugins_env_loads():
+        return "VLLM_PLUGINS does not name gdn_invariant, so vLLM does not load it"
+    if status.refusal is not None:
+        return "it refuses (see verdict)"
+    if not status.will_patch:
+        return "mode off"
+    return None
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    """vLLM's config for ``--model DIR`` and its flags, or why there is none."""
+
+    given: str
+    config: ServeConfig | None
+    failure: str | None = None
+    code: int = EXIT_OK
+
+
+def load_serve(model: str, flags: list[str], prog: str) -> ServeResult:
+    """Build vLLM's config; a failure is kept, with its exit code, for the report."""
+    given = shlex.join(["--model", model, *flags])
+    try:
+        # vLLM's config modules, imported only when --model asks for them
+        from vllm_gdn_invariant.cli import serve_config
+    except Exception as exc:  # noqa: BLE001 - doctor reports, it does not fail here
+        return ServeResult(
+            given, None, f"FAILED to import vLLM: {describe_error(exc)}", EXIT_REFUSED
+        )
+    try:
+        return ServeResult(given, serve_config.build_serve_config(model, flags))
+    except serve_config.ServeFlagsError as exc:
+        message = f"vLLM's parser rejects the flags: {exc}"
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return ServeResult(given, None, f"INVALID ({given}): {message}", EXIT_INVALID)
+    except Exception as exc:  # noqa: BLE001 - vLLM's own failure, reported on its line
+        failure = f"FAILED ({given}): vLLM cannot build its config: {describe_error(exc)}"
+        return ServeResult(given, None, failure, EXIT_REFUSED)
+
+
+def serve_report(result: ServeResult, platform: PlatformCheck | None) -> list[str]:
+    serve = result.config
+    if serve is None:
+        return [line("vLLM config", str(result.failure))]
+    if serve.prefill_backend_error is not None:
+        backend = f"ERROR: vLLM's _resolve_gdn_prefill_backend raised {serve.prefill_backend_error}"
+    else:
+        backend = (
+            f"{serve.prefill_backend} (vLLM's _resolve_gdn_prefill_backend; requested "
+            f"{serve.requested_prefill_backend})"
+        )
+        if platform is not None and platform.is_cpu:
+            backend += "; not used on CPU: GDN layers run forward_cpu"
+    return [
+        line(
+            "vLLM config",
+            f"{result.given} (AsyncEngineArgs.create_engine_config, as in vllm serve)",
+        ),
+        line("  model", serve.architecture),
+        line("  prefix cache", "on" if serve.prefix_caching else "off"),
+        line("  mamba cache", f"mamba_cache_mode={serve.mamba_cache_mode}"),
+        line("  GDN prefill", backend),
+        line("  speculative", f"on ({serve.speculative})" if serve.speculative_on else "off"),
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; return the exit status."""
+    lines = [f"vllm-gdn-invariant {__version__} doctor"]
+    entry_point = entry_point_value()
+    lines.append(line("entry point", entry_point_line(entry_point)))
+    lines.append(line("VLLM_PLUGINS", plugins_env_line()))
     try:
         config = load_config()
     except ConfigError as exc:
-        print(f"config:       INVALID: {exc}")
-        print("verdict:      the plugin would raise at load and patch nothing")
-        return 2
-    print(f"config:       {config.describe()}")
+        lines.append(line("config", f"INVALID: {exc}"))
+        lines.append(line("verdict", "the plugin would raise at load and patch nothing"))
+        print("\n".join(lines), flush=True)
+        return EXIT_INVALID
+
+    serve = None
+    if args.model is not None:
+        # built before anything is printed: vLLM's own log lines come before the report
+        serve = load_serve(args.model, list(args.serve_flags), args.command_parser.prog)
+    code = EXIT_OK if serve is None else serve.code
+
     status = plan(config)
     guard = status.guard
     build = "not checked (mode off)"
     if guard is not None:
         build = "not installed" if guard.installed is None else guard.installed.describe()
-    print(f"vLLM:         {build}")
-    print(f"supported:    {', '.join(supported_builds())}")
-    print(f"platform:     {platform_line()}")
-    if guard is not None and guard.checks:
-        print("targets:")
-        width = max(len(c.target.qualname) for c in guard.checks)
-        for check in guard.checks:
-            print(
-                f"  {check.role:<10} {check.target.qualname:<{width}}  "
-                f"expected {check.expected or '-':<16}  found {check.found or '-':<16}  "
-                f"{check.state.value}"
-            )
+    platform, platform_error = read_platform()
+    packed = PackedDecode.from_env()
+    lines += [
+        line("config", config.describe()),
+        line("vLLM", build),
+        line("supported", ", ".join(supported_builds())),
+        line("platform", platform_line()),
+        line("platform check", platform_check_text(platform, platform_error)),
+        line("packed decode", packed.text()),
+        *target_lines(status),
+    ]
     if status.refusal is not None:
         consequence = "raise at startup (strict)" if config.strict else "patch nothing"
-        print(f"verdict:      REFUSE ({consequence}): {status.refusal}")
-        return 1
-    print(f"verdict:      {status.action()}")
-    return 0
+        lines.append(line("verdict", f"REFUSE ({consequence}): {status.refusal}"))
+        code = max(code, EXIT_REFUSED)
+    else:
+        lines.append(line("verdict", status.action()))
+
+    if serve is None:
+        lines.append(
+            line("vLLM config", "not built (doctor --model DIR [vLLM flags] builds and reports it)")
+        )
+    else:
+        lines += serve_report(serve, platform)
+
+    served = None if serve is None else serve.config
+    if packed.enabled is None or (served is not None and served.prefill_backend_error):
+        code = max(code, EXIT_REFUSED)
+    installed = installed_vllm()
+    scope = routing_scope(
+        platform=platform,
+        packed_decode=packed.enabled is not False,
+        not_patched=not_patched_reason(status, entry_point),
+        speculative=None if served is None else served.speculative_on,
+        prefill_backend=None if served is None else served.prefill_backend,
+        mamba_cache_mode=None if served is None else served.mamba_cache_mode,
+        vllm_version=None if installed is None else installed.release,
+    )
+    undetermined = None
+    if scope.routed and packed.enabled is None:
+        undetermined = f"{PACKED_DECODE_ENV} is invalid"
+    elif scope.routed and serve is not None and served is None:
+        undetermined = "vLLM's config was not built"
+    elif scope.routed and served is not None and served.prefill_backend_error is not None:
+        undetermined = "vLLM refuses the GDN prefill backend"
+    if undetermined is None:
+        lines.append(line("routed", scope.routed_text()))
+        lines.append(line("left to vLLM", scope.left_text()))
+    else:
+        lines.append(line("routed", f"not determined: {undetermined}"))
+        lines.append(line("left to vLLM", f"not determined: {undetermined}"))
+    print("\n".join(lines), flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``doctor`` with its own arguments, as ``vllm-gdn-invariant doctor ARGS``."""
+    return cli.main(["doctor", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
