@@ -1,0 +1,48 @@
+"""The kernels compiled for an H100/H200 (sm_90) have no contraction and no approximate function.
+
+``triton.compile`` builds the kernels with their launch options for sm_90 without a GPU (Triton's
+wheel ships ptxas and nvdisasm); ``codegen.contraction_report`` then checks the PTX (no fma, every
+f32 add/sub/mul rounded with ``.rn``, no ``.approx``) and the SASS (every FFMA belongs to an IEEE
+division or square-root expansion, and there are exactly as many as those take). Compiling the
+same kernel with contraction on must fail the check, which shows the check can fail.
+"""
+
+import pytest
+import torch
+
+from vllm_gdn_invariant.kernels import codegen
+from vllm_gdn_invariant.kernels.validation import ConvDims, RecurrentDims
+
+pytestmark = pytest.mark.skipif(
+    not codegen.nvidia_tool("nvdisasm").exists(), reason="Triton's NVIDIA tools are missing"
+)
+
+QWEN3_NEXT = RecurrentDims(64, 16, 32, 128, 128, 128**-0.5, True)
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_recurrent_kernel_for_sm90_has_no_contraction(state_dtype):
+    report = codegen.report_of(codegen.compile_recurrent(QWEN3_NEXT, state_dtype=state_dtype))
+    assert report.clean, report
+    assert report.ptx_div_rn == 6 and report.ptx_sqrt_rn == 2  # q, k norms; log1p; sigmoid
+    assert report.ptx_rounded_ops > 500
+
+
+def test_recurrent_kernel_with_odd_dims_for_sm90_has_no_contraction():
+    dims = RecurrentDims(7, 1, 3, 33, 17, 33**-0.5, False)
+    report = codegen.report_of(codegen.compile_recurrent(dims, state_dtype=torch.bfloat16))
+    assert report.clean, report
+
+
+@pytest.mark.parametrize("dim_first", [True, False], ids=["dim_first", "token_first"])
+def test_conv_kernel_for_sm90_has_no_contraction(dim_first):
+    dims = ConvDims(64, 8192, 4, dim_first, True)
+    report = codegen.report_of(codegen.compile_conv(dims, cache_dtype=torch.bfloat16))
+    assert report.clean, report
+    assert report.ptx_div_rn == 2  # the SiLU division of each of the 2 channels a thread holds
+
+
+def test_the_check_fails_a_kernel_compiled_with_contraction():
+    report = codegen.report_of(codegen.compile_conv(ConvDims(64, 8192, 4, True, True), fusion=True))
+    assert not report.clean
+    assert report.ptx_fused > 0 and report.sass_ffma_unexplained

@@ -1,0 +1,213 @@
+"""Triton kernel of the causal-conv1d decode update, bitwise equal to the golden.
+
+The arithmetic is the golden's, specified in the docstring of ``vllm_gdn_invariant.golden.conv``
+(token cast to the cache dtype, fp32 accumulator from the bias or +0, taps in order with each
+product rounded to the operand dtype, SiLU, one rounding to x's dtype), with SiLU and the
+conversions of ``kernels/elementary.py``. The layout is that of vLLM's ``causal_conv1d_update``:
+one program per (row, block of ``BLOCK_D`` channels), the W-1 history taps read through the
+cache's strides (either layout), the shifted window written back in place. An inactive row
+(index <= 0) writes a zero output block and touches no state.
+"""
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .elementary import round_to, silu, to_fp32
+from .validation import ConvDims, check_conv_args
+
+
+@triton.jit
+def tap_product(window_j, weight_j, OPERAND_DTYPE: tl.constexpr):
+    """fp32(window_j * weight_j in the operand dtype): the fp32 product rounded to that dtype."""
+    return to_fp32(round_to(to_fp32(window_j) * to_fp32(weight_j), OPERAND_DTYPE))
+
+
+@triton.jit
+def conv_update_kernel(
+    x,
+    conv_state,
+    weight,
+    bias,
+    state_indices,
+    out,
+    stride_x_row,
+    stride_x_dim,
+    stride_state_block,
+    stride_state_dim,
+    stride_state_tap,
+    stride_weight_dim,
+    stride_weight_tap,
+    stride_bias,
+    stride_indices,
+    stride_out_row,
+    DIM: tl.constexpr,
+    W: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    OPERAND_DTYPE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SILU: tl.constexpr,
+):
+    i_n = tl.program_id(0).to(tl.int64)
+    o_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask_d = o_d < DIM
+    p_out = out + i_n * stride_out_row + o_d
+
+    block = tl.load(state_indices + i_n * stride_indices).to(tl.int64)
+    if block <= 0:
+        tl.store(p_out, tl.full([BLOCK_D], 0, out.dtype.element_ty), mask=mask_d)
+        return
+
+    p_state = conv_state + block * stride_state_block + o_d * stride_state_dim
+    p_weight = weight + o_d * stride_weight_dim
+    token = tl.load(x + i_n * stride_x_row + o_d * stride_x_dim, mask=mask_d, other=0.0)
+    token = round_to(to_fp32(token), conv_state.dtype.element_ty)
+
+    if HAS_BIAS:
+        acc = to_fp32(tl.load(bias + o_d * stride_bias, mask=mask_d, other=0.0))
+    else:
+        acc = tl.full([BLOCK_D], 0.0, tl.float32)
+    # window = [state[:, 0], ..., state[:, W-2], token]; tap j reads window[j] and, from
+    # j = 1 on, moves it to state[:, j-1].
+    for j in tl.static_range(W - 1):
+        window_j = tl.load(p_state + j * stride_state_tap, mask=mask_d, other=0.0)
+        weight_j = tl.load(p_weight + j * stride_weight_tap, mask=mask_d, other=0.0)
+        acc = acc + tap_product(window_j, weight_j, OPERAND_DTYPE)
+        if j > 0:
+            tl.store(p_state + (j - 1) * stride_state_tap, window_j, mask=mask_d)
+    weight_last = tl.load(p_weight + (W - 1) * stride_weight_tap, mask=mask_d, other=0.0)
+    acc = acc + tap_product(token, weight_last, OPERAND_DTYPE)
+    tl.store(p_state + (W - 2) * stride_state_tap, token, mask=mask_d)
+
+    if SILU:
+        acc = silu(acc)
+    tl.store(p_out, round_to(acc, out.dtype.element_ty), mask=mask_d)
+
+
+INTERPRETED = not isinstance(conv_update_kernel, triton.runtime.JITFunction)
+TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+@dataclass(frozen=True)
+class ConvConfig:
+    """Launch shape of conv_update_kernel; it changes the speed, never the bits."""
+
+    block_d: int
+    num_warps: int
+
+
+def conv_config(dims: ConvDims, interpreted: bool = INTERPRETED) -> ConvConfig:
+    """256 channels over 4 warps per program (vLLM's BLOCK_N); the whole row (up to 4096
+    channels) under the interpreter, which only makes its Python loop shorter."""
+    if interpreted:
+        return ConvConfig(block_d=min(triton.next_power_of_2(dims.dim), 4096), num_warps=4)
+    return ConvConfig(block_d=256, num_warps=4)
+
+
+def kernel_arguments(
+    x: Tensor,
+    conv_state: Tensor,
+    weight: Tensor,
+    state_indices: Tensor,
+    bias: Tensor | None,
+    out: Tensor,
+    dims: ConvDims,
+    config: ConvConfig,
+) -> tuple[tuple[int, int], tuple, dict]:
+    """(grid, positional arguments, constexpr arguments) of conv_update_kernel."""
+    layout = conv_state if dims.dim_first else conv_state.transpose(1, 2)  # [blocks, dim, W-1]
+    operand_dtype = torch.promote_types(conv_state.dtype, weight.dtype)
+    grid = (dims.batch, triton.cdiv(dims.dim, config.block_d))
+    arguments = (
+        x,
+        conv_state,
+        weight,
+        weight if bias is None else bias,  # not read without a bias
+        state_indices,
+        out,
+        x.stride(0),
+        x.stride(1),
+        *layout.stride(),
+        *weight.stride(),
+        0 if bias is None else bias.stride(0),
+        state_indices.stride(0),
+        out.stride(0),
+    )
+    constexprs = {
+        "DIM": dims.dim,
+        "W": dims.taps,
+        "BLOCK_D": config.block_d,
+        "OPERAND_DTYPE": TRITON_DTYPES[operand_dtype],
+        "HAS_BIAS": bias is not None,
+        "SILU": dims.silu,
+    }
+    return grid, arguments, constexprs
+
+
+def launch_conv(
+    x: Tensor,
+    conv_state: Tensor,
+    weight: Tensor,
+    state_indices: Tensor,
+    bias: Tensor | None,
+    dims: ConvDims,
+    config: ConvConfig,
+) -> tuple[Tensor, object]:
+    """Run the kernel on checked arguments (``check_conv_args``).
+
+    Returns ``out`` and what the launch returned (Triton's compiled kernel; None under the
+    interpreter or for an empty batch).
+    """
+    out = torch.empty((dims.batch, dims.dim), dtype=x.dtype, device=x.device)
+    if dims.batch == 0:
+        return out, None
+    grid, arguments, constexprs = kernel_arguments(
+        x, conv_state, weight, state_indices, bias, out, dims, config
+    )
+    device = contextlib.nullcontext()
+    if x.device.type == "cuda":
+        device = torch.cuda.device(x.device)
+    with device:
+        compiled = conv_update_kernel[grid](
+            *arguments,
+            **constexprs,
+            num_warps=config.num_warps,
+            enable_fp_fusion=False,  # no FMA: every product is rounded before it is added
+        )
+    return out, compiled
+
+
+def conv_update(
+    x: Tensor,
+    conv_state: Tensor,
+    weight: Tensor,
+    state_indices: Tensor,
+    *,
+    bias: Tensor | None = None,
+    activation: str | None = "silu",
+    dim_first: bool = True,
+) -> Tensor:
+    """Causal-conv1d decode update with the golden's bits; returns ``out [B, dim]``,
+    ``conv_state`` in place.
+
+    Arguments, shapes, dtypes and contract are ``golden.conv_update``'s (checked the same way
+    before anything is written): ``out`` is bitwise the golden's ``out`` and, after the call,
+    ``conv_state`` is bitwise the golden's ``new_conv_state``. Runs on CUDA tensors, or on CPU
+    tensors under ``TRITON_INTERPRET=1``.
+    """
+    dims = check_conv_args(
+        x,
+        conv_state,
+        weight,
+        state_indices,
+        bias=bias,
+        activation=activation,
+        dim_first=dim_first,
+        interpreted=INTERPRETED,
+    )
+    out, _ = launch_conv(x, conv_state, weight, state_indices, bias, dims, conv_config(dims))
+    return out

@@ -1,0 +1,377 @@
+"""Triton kernel of the GDN packed recurrent decode step, bitwise equal to the golden.
+
+The arithmetic is the golden's, specified in the docstring of
+``vllm_gdn_invariant.golden.recurrent`` (per row and value head: QK norm, scale, gates, decay,
+delta update, output), with the elementary functions and the fixed-order K-sum of
+``kernels/elementary.py``. The layout is that of vLLM's
+``fused_recurrent_gated_delta_rule_packed_decode``: one program per (row, value head, block of
+``BV`` value rows), the whole K axis in registers, q | k | v read from the packed ``mixed_qkv``
+row, the state block updated in place. An inactive row (index <= 0) writes a zero output block
+and touches no state.
+
+K is padded to BK = next_power_of_2(K) like the golden's sum, and a block of value rows is held
+as a tuple of J slabs [BV, C] (slab j holds k = j * C + c, BK = J * C), so that the first levels
+of the fixed-order sum are elementwise adds of whole slabs; padded elements hold +0, the
+golden's padding. q and k are normalized as one [J, C] tensor and then split into slabs. The
+reductions of a value row never mix with other rows, so the launch shape (``RecurrentConfig``)
+changes no bits.
+"""
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from .elementary import (
+    INTERPRETED,
+    QK_NORM_EPS,
+    add,
+    exp,
+    fixed_order_sum_slabs,
+    neg,
+    round_to,
+    sigmoid,
+    softplus,
+    sqrt,
+    to_fp32,
+)
+from .validation import RecurrentDims, check_recurrent_args
+
+
+@triton.jit
+def split_rows(x, ROWS: tl.constexpr, C: tl.constexpr):
+    """[ROWS, C] -> (rows 0 .. ROWS/2 - 1, rows ROWS/2 .. ROWS - 1), each [ROWS / 2, C]."""
+    halves = tl.permute(tl.reshape(x, [2, ROWS // 2, C]), [1, 2, 0])
+    return tl.split(halves)
+
+
+@triton.jit
+def to_slabs(x, LOG2_J: tl.constexpr, C: tl.constexpr):
+    """[J, C] -> the tuple of its J rows, each [1, C] (exact data movement)."""
+    slabs = (x,)
+    for level in tl.static_range(LOG2_J):
+        halves = ()
+        for i in tl.static_range(1 << level):
+            first, second = split_rows(slabs[i], (1 << LOG2_J) >> level, C)
+            halves = halves + (first, second)
+        slabs = halves
+    return slabs
+
+
+@triton.jit
+def load_vector(row, first, stride, K: tl.constexpr, C: tl.constexpr, LOG2_J: tl.constexpr):
+    """Elements first .. first + K - 1 of ``row`` (``stride`` apart) as fp32 [J, C], row j
+    holding k = j * C + c (zeros past K)."""
+    o_k = tl.arange(0, 1 << LOG2_J)[:, None] * C + tl.arange(0, C)[None, :]
+    return to_fp32(tl.load(row + (first + o_k) * stride, mask=o_k < K, other=0.0))
+
+
+@triton.jit
+def l2_normalized(x, LOG2_J: tl.constexpr, LOG2_CL: tl.constexpr, LOG2_VEC: tl.constexpr):
+    """x / sqrt(S(x * x) + 1e-6) of a vector held as [J, C] (golden l2_normalize)."""
+    C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
+    squares = to_slabs(x * x, LOG2_J, C)
+    total = fixed_order_sum_slabs(squares, 1, LOG2_J, LOG2_CL, LOG2_VEC)  # [1]
+    y = tl.div_rn(x, sqrt(total + QK_NORM_EPS)[:, None])
+    # A reduction over an axis of one element returns y unchanged; it keeps Triton from
+    # recomputing the divisions in the (replicated) layout of the slabs that y is split into.
+    return tl.reshape(tl.reduce(tl.reshape(y, [1 << LOG2_J, C, 1]), 2, add), [1 << LOG2_J, C])
+
+
+@triton.jit
+def recurrent_step_kernel(
+    mixed_qkv,
+    a,
+    b,
+    A_log,
+    dt_bias,
+    out,
+    state,
+    state_indices,
+    scale,
+    stride_qkv_row,
+    stride_qkv_col,
+    stride_a_row,
+    stride_a_col,
+    stride_b_row,
+    stride_b_col,
+    stride_A_log,
+    stride_dt_bias,
+    stride_state_block,
+    stride_state_head,
+    stride_state_v,
+    stride_state_k,
+    stride_indices,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BV: tl.constexpr,
+    NV: tl.constexpr,
+    LOG2_J: tl.constexpr,
+    LOG2_CL: tl.constexpr,
+    LOG2_VEC: tl.constexpr,
+    USE_QK_L2NORM: tl.constexpr,
+):
+    J: tl.constexpr = 1 << LOG2_J
+    C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)
+
+    # A value-row block is BV rows x the padded width J * C = next_power_of_2(K), held as J
+    # slabs [BV, C]; slab j holds k = j * C + c.
+    o_c = tl.arange(0, C)[None, :]
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_v = o_v < V
+
+    p_out = out + i_nh * V + o_v
+    block = tl.load(state_indices + i_n * stride_indices).to(tl.int64)
+    if block <= 0:
+        tl.store(p_out, tl.full([BV], 0, out.dtype.element_ty), mask=mask_v)
+        return
+
+    row = mixed_qkv + i_n * stride_qkv_row
+    q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
+    k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
+    v = to_fp32(
+        tl.load(row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col, mask=mask_v, other=0.0)
+    )
+    p_h = (
+        state
+        + block * stride_state_block
+        + i_hv * stride_state_head
+        + o_v[:, None] * stride_state_v
+        + o_c * stride_state_k
+    )
+    h = ()
+    for j in tl.static_range(J):
+        mask = mask_v[:, None] & (j * C + o_c < K)
+        h = h + (to_fp32(tl.load(p_h + j * C * stride_state_k, mask=mask, other=0.0)),)
+    if USE_QK_L2NORM:
+        q = l2_normalized(q, LOG2_J, LOG2_CL, LOG2_VEC)
+        k = l2_normalized(k, LOG2_J, LOG2_CL, LOG2_VEC)
+    q = to_slabs(q * scale, LOG2_J, C)
+    k = to_slabs(k, LOG2_J, C)
+
+    a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
+    b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
+    A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
+    dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
+    g = neg(exp(A_log_val)) * softplus(a_val + dt_bias_val)
+    beta = sigmoid(b_val)
+    decay = exp(g)
+
+    hk = ()
+    decayed = ()
+    for j in tl.static_range(J):
+        h_j = h[j] * decay
+        decayed = decayed + (h_j,)
+        hk_j = h_j * k[j]
+        if J * C != K:
+            hk_j = tl.where(j * C + o_c < K, hk_j, 0.0)  # the golden's zero padding
+        hk = hk + (hk_j,)
+    v = (v - fixed_order_sum_slabs(hk, BV, LOG2_J, LOG2_CL, LOG2_VEC)) * beta
+    hq = ()
+    for j in tl.static_range(J):
+        h_j = decayed[j] + v[:, None] * k[j]
+        mask = mask_v[:, None] & (j * C + o_c < K)
+        tl.store(p_h + j * C * stride_state_k, round_to(h_j, state.dtype.element_ty), mask=mask)
+        hq_j = h_j * q[j]
+        if J * C != K:
+            hq_j = tl.where(j * C + o_c < K, hq_j, 0.0)
+        hq = hq + (hq_j,)
+    o = fixed_order_sum_slabs(hq, BV, LOG2_J, LOG2_CL, LOG2_VEC)
+    tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
+
+
+TILE_VECTOR_BYTES = 16  # each thread loads 16 contiguous bytes of a row per slab
+ROW_ELEMENTS_PER_THREAD = 32  # of one value row's K, per thread
+WARPS = 4
+ROWS_PER_THREAD = {torch.float32: 2, torch.bfloat16: 4}  # from 512 (row, value head) pairs up
+SMALL_BATCH_PAIRS = 512
+
+
+@dataclass(frozen=True)
+class RecurrentConfig:
+    """Launch shape of recurrent_step_kernel; it changes the speed, never the bits.
+
+    A program holds ``block_v`` value rows as J = 2^log2_j slabs [block_v, C] of the padded K
+    (slab j holds k = j * C + c), with C = VEC * 2^log2_cl: VEC = 2^log2_vec contiguous elements
+    per thread and 2^log2_cl lanes along c.
+    """
+
+    block_v: int
+    log2_j: int
+    log2_cl: int
+    log2_vec: int
+    num_warps: int
+
+
+def log2(n: int) -> int:
+    """log2 of a power of two."""
+    return n.bit_length() - 1
+
+
+def recurrent_config(
+    dims: RecurrentDims, state_dtype: torch.dtype, interpreted: bool = INTERPRETED
+) -> RecurrentConfig:
+    """The default launch shape for ``dims`` and the state dtype.
+
+    Each thread holds 32 elements of a value row's K, in 16-byte vectors, so a warp covers
+    32 / (K / 32) rows; 4 warps per program and 2 rows per thread for an fp32 state, 4 for a
+    bf16 state (1 below 512 (row, value head) pairs, for more programs). Under the interpreter
+    a program takes all V rows, which only shortens its Python loop.
+    """
+    block_k = triton.next_power_of_2(dims.head_k)
+    lanes = min(32, max(1, block_k // ROW_ELEMENTS_PER_THREAD))
+    vec = min(TILE_VECTOR_BYTES // state_dtype.itemsize, block_k // lanes)
+    rows_per_warp = 32 // lanes
+    block_v = triton.next_power_of_2(dims.head_v)
+    if not interpreted:
+        rows_per_thread = ROWS_PER_THREAD[state_dtype]
+        if dims.batch * dims.num_v_heads < SMALL_BATCH_PAIRS:
+            rows_per_thread = 1
+        block_v = min(block_v, rows_per_warp * WARPS * rows_per_thread)
+    return RecurrentConfig(
+        block_v=block_v,
+        log2_j=log2(block_k // (lanes * vec)),
+        log2_cl=log2(lanes),
+        log2_vec=log2(vec),
+        num_warps=max(1, min(WARPS, block_v // rows_per_warp)),
+    )
+
+
+def kernel_arguments(
+    mixed_qkv: Tensor,
+    a: Tensor,
+    b: Tensor,
+    A_log: Tensor,
+    dt_bias: Tensor,
+    out: Tensor,
+    state: Tensor,
+    state_indices: Tensor,
+    dims: RecurrentDims,
+    config: RecurrentConfig,
+) -> tuple[tuple[int], tuple, dict]:
+    """(grid, positional arguments, constexpr arguments) of recurrent_step_kernel."""
+    num_v_tiles = triton.cdiv(dims.head_v, config.block_v)
+    grid = (num_v_tiles * dims.batch * dims.num_v_heads,)
+    arguments = (
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        out,
+        state,
+        state_indices,
+        dims.scale,
+        mixed_qkv.stride(0),
+        mixed_qkv.stride(1),
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        A_log.stride(0),
+        dt_bias.stride(0),
+        *state.stride(),
+        state_indices.stride(0),
+    )
+    constexprs = {
+        "H": dims.num_k_heads,
+        "HV": dims.num_v_heads,
+        "K": dims.head_k,
+        "V": dims.head_v,
+        "BV": config.block_v,
+        "NV": num_v_tiles,
+        "LOG2_J": config.log2_j,
+        "LOG2_CL": config.log2_cl,
+        "LOG2_VEC": config.log2_vec,
+        "USE_QK_L2NORM": dims.use_qk_l2norm,
+    }
+    return grid, arguments, constexprs
+
+
+def launch_recurrent(
+    mixed_qkv: Tensor,
+    a: Tensor,
+    b: Tensor,
+    A_log: Tensor,
+    dt_bias: Tensor,
+    state: Tensor,
+    state_indices: Tensor,
+    dims: RecurrentDims,
+    config: RecurrentConfig,
+) -> tuple[Tensor, object]:
+    """Run the kernel on checked arguments (``check_recurrent_args``).
+
+    Returns ``out`` and what the launch returned (Triton's compiled kernel; None under the
+    interpreter or for an empty batch).
+    """
+    out = torch.empty(
+        (dims.batch, 1, dims.num_v_heads, dims.head_v),
+        dtype=mixed_qkv.dtype,
+        device=mixed_qkv.device,
+    )
+    if dims.batch == 0:
+        return out, None
+    grid, arguments, constexprs = kernel_arguments(
+        mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices, dims, config
+    )
+    device = contextlib.nullcontext()
+    if mixed_qkv.device.type == "cuda":
+        device = torch.cuda.device(mixed_qkv.device)
+    with device:
+        compiled = recurrent_step_kernel[grid](
+            *arguments,
+            **constexprs,
+            num_warps=config.num_warps,
+            enable_fp_fusion=False,  # no FMA: every product is rounded before it is added
+        )
+    return out, compiled
+
+
+def recurrent_step(
+    mixed_qkv: Tensor,
+    a: Tensor,
+    b: Tensor,
+    A_log: Tensor,
+    dt_bias: Tensor,
+    state: Tensor,
+    state_indices: Tensor,
+    *,
+    num_k_heads: int,
+    scale: float,
+    use_qk_l2norm: bool = True,
+) -> Tensor:
+    """GDN decode step with the golden's bits; returns ``out [B, 1, HV, V]``, ``state`` in place.
+
+    Arguments, shapes, dtypes and contract are ``golden.recurrent_step``'s (checked the same
+    way before anything is written): ``out`` is bitwise the golden's ``out`` and, after the
+    call, ``state`` is bitwise the golden's ``new_state``: the active rows' blocks updated,
+    every other block untouched. Runs on CUDA tensors, or on CPU tensors under
+    ``TRITON_INTERPRET=1``.
+    """
+    dims = check_recurrent_args(
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        state,
+        state_indices,
+        num_k_heads=num_k_heads,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+        interpreted=INTERPRETED,
+    )
+    config = recurrent_config(dims, state.dtype)
+    out, _ = launch_recurrent(mixed_qkv, a, b, A_log, dt_bias, state, state_indices, dims, config)
+    return out
