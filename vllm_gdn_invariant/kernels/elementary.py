@@ -59,6 +59,8 @@ MANTISSA_BITS = tl.constexpr(spec.MANTISSA_BITS)
 QK_NORM_EPS = tl.constexpr(_QK_NORM_EPS)
 ROUND_SHIFTER = tl.constexpr(12582912.0)  # 1.5 * 2^23: t + it rounds t to an integer (|t| < 2^22)
 BF16_NAN_BITS = tl.constexpr(0x7FC0)  # torch's bf16 NaN on CPU (c10::BFloat16)
+# -0.0 from its bits: Triton 3.6's interpreter turns a -0.0 literal into +0.0.
+NEGATIVE_ZERO_BITS = tl.constexpr(-(1 << 31))
 
 
 @triton.jit
@@ -162,7 +164,8 @@ def softplus(x):
 def silu(x):
     """golden.elementary.silu_forward: x / (1 + exp(-x)); -0 at -inf."""
     y = tl.div_rn(x, exp(neg(x)) + 1.0)
-    y = tl.where(x == float("-inf"), -0.0, y)
+    negative_zero = tl.full(x.shape, NEGATIVE_ZERO_BITS, tl.int32).to(tl.float32, bitcast=True)
+    y = tl.where(x == float("-inf"), negative_zero, y)
     return tl.where(x != x, x, y)
 
 
