@@ -116,6 +116,6 @@ def test_vllm_serve_exits_with_the_plugin_message_on_bad_configuration(tiny_mode
     )
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
-    assert "VLLM_GDN_INVARIANT_MODE='bogus' is not valid; valid values: route | golden | off" in (
+    assert "VLLM_GDN_INVARIANT_MODE='bogus' is not valid; valid values: route | off" in (
         output
     )

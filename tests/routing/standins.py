@@ -194,7 +194,6 @@ def fused_post_conv_prep(
     apply_l2norm=True,
     output_g_exp=False,
 ):
-    assert not output_g_exp
     length = conv_output.shape[0]
     key_dim = num_k_heads * head_k_dim
     x = conv_output.float()
@@ -204,6 +203,8 @@ def fused_post_conv_prep(
     if apply_l2norm:
         q, k = l2_normalize(q), l2_normalize(k)
     g = -golden_exp(A_log.float()) * softplus(a.float() + dt_bias.float())
+    if output_g_exp:  # FlashInfer takes the decay itself
+        g = golden_exp(g)
     beta = sigmoid(b.float())
     return (q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), g, beta)
 
@@ -238,3 +239,118 @@ def chunk_gated_delta_rule(
             ).to(out.dtype)
         final[seq] = h.float()
     return out, final
+
+
+def gather_initial_states(state, indices, has_initial_state):
+    """vLLM 0.34's gather: the rows of ``indices``, zero where there is no initial state."""
+    rows = state[indices.long()].clone()
+    rows[~has_initial_state.bool()] = 0
+    return rows
+
+
+def scatter_states(state, new_states, indices):
+    """vLLM 0.34's scatter: ``state[indices] = new_states`` in the cache dtype."""
+    state[indices.long()] = new_states.to(state.dtype)
+
+
+def flashinfer_chunk_gated_delta_rule(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    initial_state,
+    output_final_state,
+    cu_seqlens,
+    output=None,
+    state_checkpoints=None,
+    checkpoint_cu_starts=None,
+    checkpoint_every_n_tokens=0,
+    use_cp="auto",
+    backend="flashinfer",
+    scale=None,
+    **unused,
+):
+    """FlashInfer's ``gdn_prefill.chunk_gated_delta_rule``: q, k [T, H, K], v [T, HV, V], the
+    decay ``g`` already exponentiated, fp32 states [N, HV, V, K]; sequence ``i`` writes its
+    state after every ``checkpoint_every_n_tokens`` tokens to
+    ``state_checkpoints[checkpoint_cu_starts[i] + j]``."""
+    assert output_final_state
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    out = torch.zeros(q.shape[0], v.shape[1], v.shape[2], dtype=q.dtype)
+    final = initial_state.clone().float()
+    starts = cu_seqlens.tolist()
+    for seq, (start, end) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
+        h = final[seq].double()
+        for t in range(start, end):
+            group = v.shape[1] // q.shape[1]
+            qt = q[t].double().repeat_interleave(group, 0) * scale
+            kt = k[t].double().repeat_interleave(group, 0)
+            h.mul_(g[t].double()[:, None, None])
+            delta = (v[t].double() - torch.einsum("hvk,hk->hv", h, kt)) * beta[t].double()[:, None]
+            h.add_(delta[:, :, None] * kt[:, None, :])
+            out[t] = torch.einsum("hvk,hk->hv", h, qt).to(out.dtype)
+            done = t + 1 - start
+            if checkpoint_every_n_tokens and done % checkpoint_every_n_tokens == 0:
+                slot = int(checkpoint_cu_starts[seq]) + done // checkpoint_every_n_tokens - 1
+                if slot < int(checkpoint_cu_starts[seq + 1]):
+                    state_checkpoints[slot] = h.float()
+        final[seq] = h.float()
+    if output is not None:
+        output.copy_(out)
+        out = output
+    return out, final
+
+
+class StoreCacheCheckpointsKernel:
+    """vLLM's ``store_cache_checkpoints_kernel[grid](...)``, one program per checkpoint row:
+    the row's conv window (the ``STATE_LEN`` raw inputs before its checkpoint offset) and its
+    recurrent state (row ``recurrent_rows[i]`` of the emitted checkpoints) go to its block."""
+
+    def __getitem__(self, grid):
+        return self.launch
+
+    @staticmethod
+    def launch(
+        x,
+        conv_state,
+        recurrent_checkpoint,
+        recurrent_state,
+        query_start_loc,
+        checkpoint_offsets,
+        state_indices,
+        recurrent_rows,
+        token_indices,
+        x_stride_0,
+        x_stride_1,
+        state_stride_0,
+        state_stride_1,
+        state_stride_2,
+        checkpoint_stride_0,
+        recurrent_state_stride_0,
+        checkpoint_offset_stride,
+        state_len,
+        width,
+        recurrent_row_size,
+        null_state_idx,
+        has_recurrent,
+        has_recurrent_rows,
+        has_token_map,
+        block_size,
+    ):
+        assert not has_token_map
+        for row in range(checkpoint_offsets.numel()):
+            block = int(state_indices[row])
+            offset = int(checkpoint_offsets[row])
+            if block == null_state_idx or offset <= 0:
+                continue
+            if offset >= state_len:
+                end = int(query_start_loc[row]) + offset
+                conv_state[block] = x[end - state_len : end].transpose(0, 1)
+            if has_recurrent:
+                source = int(recurrent_rows[row]) if has_recurrent_rows else row
+                recurrent_state[block] = (
+                    recurrent_checkpoint[source]
+                    .reshape(recurrent_state[block].shape)
+                    .to(recurrent_state.dtype)
+                )

@@ -78,8 +78,14 @@ def make_vllm_config(
     max_num_seqs: int = 512,
     max_num_batched_tokens: int = 16384,
     prefill_backend: str = "triton",
+    align_block_size: int | None = None,
 ):
-    """A VllmConfig for a tiny Qwen3-Next whose GDN layers have ``dims``."""
+    """A VllmConfig for a tiny Qwen3-Next whose GDN layers have ``dims``.
+
+    ``align_block_size``: prefix caching on, ``mamba_cache_mode="align"`` with mamba blocks,
+    hash blocks and cache-hit alignment of that many tokens, as vLLM sets them for a hybrid
+    model (the engine fills the last two in when it sizes the KV cache; here they are set).
+    """
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 
     folder = Path(tempfile.mkdtemp(prefix="gdn_harness_"))
@@ -97,11 +103,19 @@ def make_vllm_config(
     model_config = ModelConfig(
         model=str(folder), dtype="bfloat16", skip_tokenizer_init=True, max_model_len=max_len
     )
-    cache_config = CacheConfig(
+    cache_fields = dict(
         block_size=BLOCK_SIZE,
         mamba_ssm_cache_dtype=str(state_dtype).removeprefix("torch."),
         enable_prefix_caching=False,
     )
+    if align_block_size is not None:
+        cache_fields.update(
+            block_size=align_block_size,
+            enable_prefix_caching=True,
+            mamba_cache_mode="align",
+            mamba_block_size=align_block_size,
+        )
+    cache_config = CacheConfig(**cache_fields)
     scheduler_config = SchedulerConfig(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -112,13 +126,64 @@ def make_vllm_config(
         model_config=model_config, cache_config=cache_config, scheduler_config=scheduler_config
     )
     vllm_config.additional_config = {"gdn_prefill_backend": prefill_backend}
+    if align_block_size is not None:
+        cache = vllm_config.cache_config
+        cache.enable_prefix_caching = True
+        cache.mamba_cache_mode = "align"
+        cache.mamba_block_size = align_block_size
+        for name in ("hash_block_size", "cache_hit_alignment_tokens"):
+            if hasattr(cache, name):
+                setattr(cache, name, align_block_size)
     return vllm_config
 
 
+def align_mode(vllm_config) -> bool:
+    return getattr(vllm_config.cache_config, "mamba_cache_mode", "none") == "align"
+
+
+def align_block_table(requests: Sequence[Request], block_size: int) -> list[list[int]]:
+    """One block-table row per request in align mode: distinct blocks, numbered from 1."""
+    width = max(-(-r.seq_len // block_size) for r in requests)
+    return [[1 + i * width + col for col in range(width)] for i in range(len(requests))]
+
+
+def exports_checkpoints(vllm_config, prefill_backend: str) -> bool:
+    """Whether vLLM's Qwen GDN layer exports prefill checkpoints (0.33+: align + FlashInfer)."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    names = {f.name for f in dataclasses.fields(MambaSpec)}
+    return (
+        align_mode(vllm_config)
+        and prefill_backend == "flashinfer"
+        and "prefill_checkpoint_alignment" in names
+    )
+
+
+def mamba_spec(vllm_config, prefill_backend: str = "triton"):
+    """The layer's MambaSpec as vLLM's KV cache manager builds it for this configuration."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    names = {f.name for f in dataclasses.fields(MambaSpec)}
+    fields = dict(block_size=BLOCK_SIZE, shapes=((16, 64),), dtypes=(torch.float16,))
+    if align_mode(vllm_config):
+        fields["block_size"] = vllm_config.cache_config.mamba_block_size
+        if "mamba_cache_mode" in names:
+            fields["mamba_cache_mode"] = "align"
+        if exports_checkpoints(vllm_config, prefill_backend):
+            fields.update(
+                num_prefill_checkpoint_blocks=1,
+                prefill_checkpoint_alignment=vllm_config.cache_config.mamba_block_size,
+            )
+    return MambaSpec(**fields)
+
+
 def common_metadata(
-    requests: Sequence[Request], device: torch.device, blocks: Sequence[int] | None = None
+    requests: Sequence[Request],
+    device: torch.device,
+    blocks: Sequence[int] | Sequence[Sequence[int]] | None = None,
 ):
-    """vLLM's CommonAttentionMetadata for ``requests``; request ``i`` owns ``blocks[i]``."""
+    """vLLM's CommonAttentionMetadata for ``requests``; request ``i`` owns ``blocks[i]`` (a
+    block id, or a block-table row in align mode)."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     query_lens = [r.query_len for r in requests]
@@ -141,7 +206,7 @@ def common_metadata(
         num_actual_tokens=int(qsl[-1]),
         max_query_len=max(query_lens),
         max_seq_len=max(seq_lens),
-        block_table_tensor=torch.tensor(blocks, dtype=torch.int32, device=device).reshape(n, 1),
+        block_table_tensor=torch.tensor(blocks, dtype=torch.int32, device=device).reshape(n, -1),
         slot_mapping=torch.zeros(int(qsl[-1]), dtype=torch.int64, device=device),
     )
 
@@ -150,14 +215,19 @@ def build_metadata(
     vllm_config,
     requests: Sequence[Request],
     device: torch.device,
-    blocks: Sequence[int] | None = None,
+    blocks: Sequence[int] | Sequence[Sequence[int]] | None = None,
+    prefill_backend: str = "triton",
 ):
-    """GDN attention metadata for ``requests`` from vLLM's own builder."""
+    """GDN attention metadata for ``requests`` from vLLM's own builder.
+
+    In align mode ``blocks`` defaults to :func:`align_block_table`.
+    """
     from vllm.config import set_current_vllm_config
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
-    from vllm.v1.kv_cache_interface import MambaSpec
 
-    spec = MambaSpec(block_size=BLOCK_SIZE, shapes=((16, 64),), dtypes=(torch.float16,))
+    spec = mamba_spec(vllm_config, prefill_backend)
+    if blocks is None and align_mode(vllm_config):
+        blocks = align_block_table(requests, spec.block_size)
     with set_current_vllm_config(vllm_config):
         builder = GDNAttentionMetadataBuilder(
             kv_cache_spec=spec, layer_names=[PREFIX], vllm_config=vllm_config, device=device
@@ -260,7 +330,36 @@ def make_layer(vllm_config, dims: LayerDims, state: LayerState, *, gqa_interleav
         chunk = qwen.ChunkGatedDeltaRule()
     object.__setattr__(layer, "chunk_gated_delta_rule", chunk)
     object.__setattr__(layer, "gdn_prefill_backend", chunk.gdn_prefill_backend)
+    if exports_checkpoints(vllm_config, chunk.gdn_prefill_backend):
+        add_checkpoint_export(layer, vllm_config, dims, state.ssm_state.device)
     return layer
+
+
+def add_checkpoint_export(layer, vllm_config, dims: LayerDims, device: torch.device) -> None:
+    """What vLLM's layer ``__init__`` sets up when it exports prefill checkpoints (align mode
+    with FlashInfer prefill, 0.33+), and the workspace its checkpoint buffer comes from."""
+    from vllm.model_executor.layers.mamba.checkpoint import MambaPrefillCheckpointExporter
+    from vllm.v1.worker import workspace
+
+    max_tokens = vllm_config.scheduler_config.max_num_batched_tokens
+    grid = vllm_config.cache_config.mamba_block_size
+    for name, value in dict(
+        vllm_config=vllm_config,
+        conv_kernel_size=dims.conv_width,
+        _checkpoint_alignment=grid,
+        _max_num_batched_tokens=max_tokens,
+        _checkpoint_exporter=MambaPrefillCheckpointExporter(state_len=dims.conv_width - 1),
+    ).items():
+        object.__setattr__(layer, name, value)
+    # A cached_property of vLLM's layer, read from the same quantities.
+    layer.__dict__["_checkpoint_buffer_spec"] = (
+        (-(-max_tokens // grid), dims.num_v_heads, dims.head_v_dim, dims.head_k_dim),
+        torch.float32,
+    )
+    try:
+        workspace.current_workspace_manager()
+    except AssertionError:  # not initialized in this process yet (the model runner does it)
+        workspace.init_workspace_manager(device)
 
 
 @contextlib.contextmanager
