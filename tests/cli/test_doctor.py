@@ -19,6 +19,10 @@ import pytest
 
 from vllm_gdn_invariant.models.tiny import write_tiny_model
 
+from ..conftest import requires_ci_environment
+
+pytestmark = requires_ci_environment
+
 RUNNER = Path(__file__).with_name("doctor_runner.py")
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}'
 

@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.engine
+from ..conftest import requires_ci_environment
+
+pytestmark = [pytest.mark.engine, requires_ci_environment]
 
 
 def test_demo_runs_offline_with_the_plugin_and_reports_the_target(tmp_path):

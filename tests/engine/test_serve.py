@@ -14,7 +14,9 @@ import requests
 
 from vllm_gdn_invariant.models.tiny import words, write_tiny_model
 
-pytestmark = pytest.mark.engine
+from ..conftest import requires_ci_environment
+
+pytestmark = [pytest.mark.engine, requires_ci_environment]
 
 START_TIMEOUT_S = 420
 
@@ -116,6 +118,4 @@ def test_vllm_serve_exits_with_the_plugin_message_on_bad_configuration(tiny_mode
     )
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
-    assert "VLLM_GDN_INVARIANT_MODE='bogus' is not valid; valid values: route | off" in (
-        output
-    )
+    assert "VLLM_GDN_INVARIANT_MODE='bogus' is not valid; valid values: route | off" in (output)

@@ -10,6 +10,10 @@ import sys
 
 import pytest
 
+from ..conftest import requires_ci_environment
+
+pytestmark = requires_ci_environment
+
 LOADER_PROBE = """
 import json
 from vllm.plugins import load_general_plugins

@@ -10,6 +10,10 @@ import textwrap
 
 import pytest
 
+from ..conftest import requires_ci_environment
+
+pytestmark = requires_ci_environment
+
 PROBE = """
 import json, logging, sys
 try:  # what vLLM's processes do at start (0.32+); older releases configure at import

@@ -63,9 +63,15 @@ class Request:
         return self.query_len + self.context
 
 
-def step_requests(num_decodes: int, prefill_lens: Sequence[int], fresh: bool) -> list[Request]:
-    """Decode rows first, then prefills (fresh: no context; else a continued chunk)."""
-    context = 0 if fresh else CONTEXT_OF_CONTINUED_PREFILLS
+def step_requests(
+    num_decodes: int, prefill_lens: Sequence[int], fresh: bool, context: int | None = None
+) -> list[Request]:
+    """Decode rows first, then prefills (fresh: no context; else a continued chunk after
+    ``context`` tokens, default ``CONTEXT_OF_CONTINUED_PREFILLS``)."""
+    if fresh:
+        context = 0
+    elif context is None:
+        context = CONTEXT_OF_CONTINUED_PREFILLS
     return [Request(1, CONTEXT_OF_DECODES, False)] * num_decodes + [
         Request(n, context, True) for n in prefill_lens
     ]

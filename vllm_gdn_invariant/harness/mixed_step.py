@@ -25,6 +25,8 @@ from vllm_gdn_invariant.harness.bits import differ
 from vllm_gdn_invariant.harness.layer import (
     LayerDims,
     LayerState,
+    align_block_table,
+    align_mode,
     build_metadata,
     make_layer,
     make_layer_state,
@@ -63,16 +65,27 @@ def run_case(
     gqa_interleaved_layout: bool,
     device: torch.device,
     seed: int = 0,
+    prefill_backend: str = "triton",
 ) -> dict:
+    """Counts for one composition. In align mode (``make_vllm_config(align_block_size=...)``)
+    each request owns a block-table row, continued prefills start on a block boundary so
+    that they can hold a prefill checkpoint, and the checkpoint blocks a prefill exports
+    (vLLM 0.33+ with FlashInfer prefill) are compared as well."""
     g = torch.Generator().manual_seed(seed)
-    requests = step_requests(composition.decodes, composition.prefills, composition.fresh_prefill)
+    align = align_mode(vllm_config)
+    block = vllm_config.cache_config.mamba_block_size if align else None
+    requests = step_requests(
+        composition.decodes, composition.prefills, composition.fresh_prefill, context=block
+    )
     num_tokens = sum(r.query_len for r in requests)
-    state0 = make_layer_state(dims, state_dtype, len(requests) + 2, device, g)
+    rows = align_block_table(requests, block) if align else list(range(1, len(requests) + 1))
+    num_blocks = 1 + len(rows) * len(rows[0]) if align else len(requests) + 2
+    state0 = make_layer_state(dims, state_dtype, num_blocks, device, g)
     inputs = step_inputs(dims, num_tokens, device, g)
-    mixed_meta = build_metadata(vllm_config, requests, device)
+    mixed_meta = build_metadata(vllm_config, requests, device, rows, prefill_backend)
     # vLLM's builder decides which rows are decodes (a one-token chunk usually is one).
     d = mixed_meta.num_decodes
-    decode_meta = build_metadata(vllm_config, requests[:d], device)
+    decode_meta = build_metadata(vllm_config, requests[:d], device, rows[:d], prefill_backend)
     assert decode_meta.num_prefills == 0 and mixed_meta.num_decode_tokens == d
     follow = [step_inputs(dims, d, device, g) for _ in range(FOLLOWING_DECODE_STEPS)]
 
@@ -91,7 +104,14 @@ def run_case(
     out_alone = step(alone, decode_meta, tuple(t[:d] for t in inputs))
     out_routed = step(routed, mixed_meta, inputs)
     out_upstream = step(upstream, mixed_meta, inputs, method="_forward_core_upstream")
-    dec, pre = slice(1, d + 1), slice(d + 1, len(requests) + 1)
+    indices = mixed_meta.non_spec_state_indices_tensor.long()
+    dec, pre = indices[:d], indices[d:]
+    checkpoint = getattr(mixed_meta, "checkpoint", None)
+    exported = (
+        checkpoint.state_indices[checkpoint.checkpoint_offsets > 0].long()
+        if checkpoint is not None
+        else indices[:0]
+    )
     after_alone = follow_up(alone)
     after_routed = follow_up(routed)
     after_upstream = follow_up(upstream)
@@ -104,6 +124,10 @@ def run_case(
         "gqa_interleaved_layout": gqa_interleaved_layout,
         "builder_num_decodes": d,
         "builder_num_prefills": mixed_meta.num_prefills,
+        "prefill_backend": prefill_backend,
+        "mamba_cache_mode": "align" if align else "none",
+        "checkpoint_plan": getattr(mixed_meta, "flashinfer_checkpoint_plan", None) is not None,
+        "checkpoints": int(exported.numel()),
         "decode_out_elements": out_alone.numel(),
         "decode_state_elements": alone.ssm_state[dec].numel(),
     }
@@ -127,6 +151,10 @@ def run_case(
         "prefill_conv_differ_vs_unpatched": differ(
             routed.conv_state[pre], upstream.conv_state[pre]
         ),
+        "prefill_checkpoint_differ_vs_unpatched": differ(
+            routed.ssm_state[exported], upstream.ssm_state[exported]
+        )
+        + differ(routed.conv_state[exported], upstream.conv_state[exported]),
         "unwritten_out_rows": int(out_routed[:num_tokens].isnan().any(-1).any(-1).sum()),
     }
     upstream_row = {**base, "plugin": False, **counts(out_upstream, upstream, after_upstream)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import importlib.metadata
 import os
 import platform
 import subprocess
@@ -48,7 +49,7 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def provenance(**extra: object) -> dict:
-    """Git state, vLLM/torch/Triton versions, Python, platform, device name and capability
+    """Git state, vLLM/torch/Triton/FlashInfer versions, Python, platform, device name and capability
     ("cpu" and None without CUDA), the numeric knobs' environment values, UTC time and argv of
     this run, then the caller's ``extra`` fields."""
     commit, dirty = git_state()
@@ -64,6 +65,10 @@ def provenance(**extra: object) -> dict:
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
+    try:
+        flashinfer_version = importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        flashinfer_version = None
     cuda = torch.cuda.is_available()
     return {
         "git_commit": commit,
@@ -72,6 +77,7 @@ def provenance(**extra: object) -> dict:
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "triton": triton_version,
+        "flashinfer": flashinfer_version,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "device": torch.cuda.get_device_name() if cuda else "cpu",
