@@ -1,13 +1,19 @@
 """The kernels' wrappers check their arguments as the goldens do, before anything is written.
 
 Every bad argument below makes the kernel raise the golden's exception type with the golden's
-message, and leaves the state's bits as they were. The kernels' own limits (CPU tensors outside
-the interpreter, a state whose elements overlap) raise ValueError, also before any write.
+message, and leaves the state's bits as they were. The kernels' validation calls the goldens'
+checks (``golden.check_recurrent_args`` / ``check_conv_args``); negative controls swap the
+checks the kernels call for ones that raise another message or type, and require every
+comparison to see it. The kernels' own limits (CPU tensors outside the interpreter, a state
+whose elements overlap) raise ValueError, after the goldens' checks and before any write.
 """
+
+import functools
 
 import pytest
 import torch
 
+import vllm_gdn_invariant.golden as golden_package
 import vllm_gdn_invariant.kernels as compiled_kernels
 from vllm_gdn_invariant.golden import conv_update as golden_conv_update
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
@@ -102,6 +108,71 @@ def test_conv_bad_argument_raises_the_goldens_error_before_writing(kernels, chan
     before = state.clone()
     assert raised(kernels.conv_update, args, kwargs) == expected
     assert same_bits(state, before)
+
+
+def recurrent_errors(kernels, change) -> tuple[tuple[type, str], tuple[type, str]]:
+    """(kernel's error, golden's error) for one bad recurrent argument."""
+    args, kwargs = with_changes(
+        RECURRENT_NAMES, build_recurrent_case(3, seed=1), BAD_RECURRENT[change]
+    )
+    return raised(kernels.recurrent_step, args, kwargs), raised(golden_recurrent_step, args, kwargs)
+
+
+def conv_errors(kernels, change) -> tuple[tuple[type, str], tuple[type, str]]:
+    """(kernel's error, golden's error) for one bad conv argument."""
+    args, kwargs = with_changes(CONV_NAMES, build_conv_case(3, with_bias=True), BAD_CONV[change])
+    return raised(kernels.conv_update, args, kwargs), raised(golden_conv_update, args, kwargs)
+
+
+def reworded(check):
+    """``check`` raising each of its errors with another message."""
+
+    @functools.wraps(check)
+    def mirror(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{error}.") from None
+
+    return mirror
+
+
+def retyped(check):
+    """``check`` raising each of its errors as the other type, with the same message."""
+
+    @functools.wraps(check)
+    def mirror(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except TypeError as error:
+            raise ValueError(str(error)) from None
+        except ValueError as error:
+            raise TypeError(str(error)) from None
+
+    return mirror
+
+
+@pytest.mark.parametrize("mirror", [reworded, retyped])
+def test_kernels_raising_other_errors_than_the_goldens_fail_the_comparison(
+    kernels, monkeypatch, mirror
+):
+    for name in ("check_recurrent_args", "check_conv_args"):
+        monkeypatch.setattr(golden_package, name, mirror(getattr(golden_package, name)))
+    assert all(a != b for a, b in (recurrent_errors(kernels, c) for c in BAD_RECURRENT))
+    assert all(a != b for a, b in (conv_errors(kernels, c) for c in BAD_CONV))
+
+
+def test_the_goldens_checks_come_before_the_kernels_limits(kernels):
+    case = build_recurrent_case(2, seed=2)
+    case.state = case.state[:1].expand(case.state.shape[0], -1, -1, -1)  # overlapping
+    args, kwargs = with_changes(RECURRENT_NAMES, case, {"scale": float("nan")})
+    assert raised(kernels.recurrent_step, args, kwargs) == raised(
+        golden_recurrent_step, args, kwargs
+    )
+    conv = build_conv_case(2)
+    conv.conv_state = conv.conv_state[:, :, :1].expand(-1, -1, 3)  # overlapping
+    args, kwargs = with_changes(CONV_NAMES, conv, {"activation": "relu"})
+    assert raised(kernels.conv_update, args, kwargs) == raised(golden_conv_update, args, kwargs)
 
 
 def test_overlapping_state_is_refused_before_writing(kernels):

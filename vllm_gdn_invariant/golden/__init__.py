@@ -8,13 +8,18 @@ on CPU or CUDA. The state contract (indices, inactive rows, validation) is in co
 """
 
 from .contract import ActiveRows, validate_state_indices
-from .conv import conv_update
+from .conv import ConvArgs, check_conv_args, conv_update
 from .elementary import exp, log1p, sigmoid, silu, softplus, sqrt
-from .recurrent import recurrent_step
+from .recurrent import RecurrentArgs, RecurrentDims, check_recurrent_args, recurrent_step
 from .reduction import fixed_order_sum
 
 __all__ = [
     "ActiveRows",
+    "ConvArgs",
+    "RecurrentArgs",
+    "RecurrentDims",
+    "check_conv_args",
+    "check_recurrent_args",
     "conv_update",
     "exp",
     "fixed_order_sum",

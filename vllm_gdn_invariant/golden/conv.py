@@ -29,12 +29,15 @@ bf16); and inactive rows (the kernel skips only index == null_block_id and leave
 row unwritten; the golden treats every index <= 0 as inactive and writes zeros).
 """
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from .contract import (
     CONV_STATE_DTYPES,
     FLOAT_DTYPES,
+    ActiveRows,
     require_bool,
     require_shape,
     require_tensor,
@@ -63,28 +66,28 @@ def accumulate_taps(window: Tensor, weight: Tensor, bias: Tensor | None) -> Tens
     return acc
 
 
-def conv_update(
-    x: Tensor,
-    conv_state: Tensor,
-    weight: Tensor,
-    state_indices: Tensor,
-    *,
-    bias: Tensor | None = None,
-    activation: str | None = "silu",
-    dim_first: bool = True,
-) -> tuple[Tensor, Tensor]:
-    """Golden causal-conv1d decode update; returns ``(out [B, dim], new_conv_state)``, out of place.
+@dataclass(frozen=True)
+class ConvArgs:
+    """Sizes of checked conv_update arguments and the active rows."""
 
-    ``x`` [B, dim]; ``conv_state`` [num_blocks, dim, W-1] if ``dim_first`` else
-    [num_blocks, W-1, dim]; ``weight`` [dim, W]; ``state_indices`` [B] (<= 0: inactive, zero
-    output, no block touched); ``activation`` None, "silu" or "swish" (= silu). Fixes the
-    arithmetic of vLLM's ``causal_conv1d_update``: token cast to the cache dtype, fp32
-    accumulator from the bias, taps in order with each product rounded to the operand dtype,
-    then SiLU as ``acc / (1 + exp(-acc))``; it differs from the kernel in its exp and IEEE
-    division, in never fusing a multiply-add, in rounding the output once to x's dtype and in
-    zeroing inactive rows (module docstring). ``out`` has x's dtype; ``new_conv_state`` equals
-    ``conv_state`` outside the active rows' blocks.
-    """
+    batch: int
+    dim: int
+    taps: int
+    dim_first: bool
+    active: ActiveRows
+
+
+def check_conv_args(
+    x: object,
+    conv_state: object,
+    weight: object,
+    state_indices: object,
+    *,
+    bias: object = None,
+    activation: object = "silu",
+    dim_first: object = True,
+) -> ConvArgs:
+    """conv_update's argument checks (contract.py); raises before anything is computed."""
     require_tensor(x, "x", ndim=2, dtypes=FLOAT_DTYPES)
     device = x.device
     batch, dim = x.shape
@@ -116,6 +119,35 @@ def conv_update(
         state_indices, batch=batch, num_blocks=num_blocks, device=device, device_of="x"
     )
 
+    return ConvArgs(batch=batch, dim=dim, taps=taps, dim_first=dim_first, active=active)
+
+
+def conv_update(
+    x: Tensor,
+    conv_state: Tensor,
+    weight: Tensor,
+    state_indices: Tensor,
+    *,
+    bias: Tensor | None = None,
+    activation: str | None = "silu",
+    dim_first: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Golden causal-conv1d decode update; returns ``(out [B, dim], new_conv_state)``, out of place.
+
+    ``x`` [B, dim]; ``conv_state`` [num_blocks, dim, W-1] if ``dim_first`` else
+    [num_blocks, W-1, dim]; ``weight`` [dim, W]; ``state_indices`` [B] (<= 0: inactive, zero
+    output, no block touched); ``activation`` None, "silu" or "swish" (= silu). Fixes the
+    arithmetic of vLLM's ``causal_conv1d_update``: token cast to the cache dtype, fp32
+    accumulator from the bias, taps in order with each product rounded to the operand dtype,
+    then SiLU as ``acc / (1 + exp(-acc))``; it differs from the kernel in its exp and IEEE
+    division, in never fusing a multiply-add, in rounding the output once to x's dtype and in
+    zeroing inactive rows (module docstring). ``out`` has x's dtype; ``new_conv_state`` equals
+    ``conv_state`` outside the active rows' blocks.
+    """
+    checked = check_conv_args(
+        x, conv_state, weight, state_indices, bias=bias, activation=activation, dim_first=dim_first
+    )
+    batch, dim, dim_first, active = checked.batch, checked.dim, checked.dim_first, checked.active
     layout = conv_state if dim_first else conv_state.transpose(1, 2)  # [num_blocks, dim, W-1]
     history = layout.index_select(0, active.blocks)
     token = x.index_select(0, active.rows).to(conv_state.dtype)
@@ -124,7 +156,7 @@ def conv_update(
     if activation is not None:
         y = silu(y)
 
-    out = torch.zeros((batch, dim), dtype=x.dtype, device=device)
+    out = torch.zeros((batch, dim), dtype=x.dtype, device=x.device)
     out[active.rows] = y.to(x.dtype)
     new_conv_state = conv_state.clone()
     new_layout = new_conv_state if dim_first else new_conv_state.transpose(1, 2)

@@ -34,12 +34,15 @@ fuse the kernel's products into FMAs, the golden rounds each product). So the go
 bitwise equal to the kernel; it is the reference the golden-matched kernels reproduce.
 """
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from .contract import (
     FLOAT_DTYPES,
     STATE_DTYPES,
+    ActiveRows,
     require_bool,
     require_positive_int,
     require_real,
@@ -96,29 +99,40 @@ def gated_delta_step(
     return o, h
 
 
-def recurrent_step(
-    mixed_qkv: Tensor,
-    a: Tensor,
-    b: Tensor,
-    A_log: Tensor,
-    dt_bias: Tensor,
-    state: Tensor,
-    state_indices: Tensor,
-    *,
-    num_k_heads: int,
-    scale: float,
-    use_qk_l2norm: bool = True,
-) -> tuple[Tensor, Tensor]:
-    """Golden GDN decode step; returns ``(out [B, 1, HV, V], new_state)``, out of place.
+@dataclass(frozen=True)
+class RecurrentDims:
+    """Sizes of a recurrent step, its scale rounded to fp32 and whether q and k are normalized."""
 
-    ``mixed_qkv`` [B, 2*H*K + HV*V] is q | k | v, ``a``, ``b`` [B, HV], ``A_log``, ``dt_bias``
-    [HV], ``state`` [num_blocks, HV, V, K] (fp32 or bf16), ``state_indices`` [B] (<= 0:
-    inactive). Fixes vLLM's packed-decode arithmetic in fp32 with a fixed pairwise K-reduction,
-    IEEE sqrt and division, no FMA and the golden exp/softplus/sigmoid, rounding only at the
-    two stores; it differs from the kernel in reduction order, those function implementations,
-    softplus as ``log1p(exp(x))`` and contraction (module docstring). ``out`` has mixed_qkv's
-    dtype; ``new_state`` equals ``state`` outside the active rows' blocks.
-    """
+    batch: int
+    num_k_heads: int
+    num_v_heads: int
+    head_k: int
+    head_v: int
+    scale: float
+    use_qk_l2norm: bool
+
+
+@dataclass(frozen=True)
+class RecurrentArgs(RecurrentDims):
+    """The dims of checked recurrent_step arguments and their active rows."""
+
+    active: ActiveRows
+
+
+def check_recurrent_args(
+    mixed_qkv: object,
+    a: object,
+    b: object,
+    A_log: object,
+    dt_bias: object,
+    state: object,
+    state_indices: object,
+    *,
+    num_k_heads: object,
+    scale: object,
+    use_qk_l2norm: object,
+) -> RecurrentArgs:
+    """recurrent_step's argument checks (contract.py); raises before anything is computed."""
     require_tensor(mixed_qkv, "mixed_qkv", ndim=2, dtypes=FLOAT_DTYPES)
     device = mixed_qkv.device
     batch, width = mixed_qkv.shape
@@ -164,7 +178,55 @@ def recurrent_step(
         state_indices, batch=batch, num_blocks=num_blocks, device=device, device_of="mixed_qkv"
     )
 
-    scale32 = torch.tensor(scale, dtype=torch.float32).item()  # round once to fp32
+    return RecurrentArgs(
+        batch=batch,
+        num_k_heads=num_k_heads,
+        num_v_heads=num_v_heads,
+        head_k=head_k,
+        head_v=head_v,
+        scale=torch.tensor(scale, dtype=torch.float32).item(),  # round once to fp32
+        use_qk_l2norm=use_qk_l2norm,
+        active=active,
+    )
+
+
+def recurrent_step(
+    mixed_qkv: Tensor,
+    a: Tensor,
+    b: Tensor,
+    A_log: Tensor,
+    dt_bias: Tensor,
+    state: Tensor,
+    state_indices: Tensor,
+    *,
+    num_k_heads: int,
+    scale: float,
+    use_qk_l2norm: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Golden GDN decode step; returns ``(out [B, 1, HV, V], new_state)``, out of place.
+
+    ``mixed_qkv`` [B, 2*H*K + HV*V] is q | k | v, ``a``, ``b`` [B, HV], ``A_log``, ``dt_bias``
+    [HV], ``state`` [num_blocks, HV, V, K] (fp32 or bf16), ``state_indices`` [B] (<= 0:
+    inactive). Fixes vLLM's packed-decode arithmetic in fp32 with a fixed pairwise K-reduction,
+    IEEE sqrt and division, no FMA and the golden exp/softplus/sigmoid, rounding only at the
+    two stores; it differs from the kernel in reduction order, those function implementations,
+    softplus as ``log1p(exp(x))`` and contraction (module docstring). ``out`` has mixed_qkv's
+    dtype; ``new_state`` equals ``state`` outside the active rows' blocks.
+    """
+    checked = check_recurrent_args(
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        state,
+        state_indices,
+        num_k_heads=num_k_heads,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+    )
+    batch, num_k_heads, num_v_heads = checked.batch, checked.num_k_heads, checked.num_v_heads
+    head_k, head_v, active = checked.head_k, checked.head_v, checked.active
     qk_dim = num_k_heads * head_k
     n = active.rows.numel()
     rows = mixed_qkv.index_select(0, active.rows).to(torch.float32)
@@ -181,11 +243,13 @@ def recurrent_step(
         A_log.to(torch.float32),
         dt_bias.to(torch.float32),
         h,
-        scale=scale32,
-        use_qk_l2norm=use_qk_l2norm,
+        scale=checked.scale,
+        use_qk_l2norm=checked.use_qk_l2norm,
     )
 
-    out = torch.zeros((batch, 1, num_v_heads, head_v), dtype=mixed_qkv.dtype, device=device)
+    out = torch.zeros(
+        (batch, 1, num_v_heads, head_v), dtype=mixed_qkv.dtype, device=mixed_qkv.device
+    )
     out[active.rows, 0] = o.to(mixed_qkv.dtype)
     new_state = state.clone()
     new_state[active.blocks] = h.to(state.dtype)

@@ -9,7 +9,6 @@ cache's strides (either layout), the shifted window written back in place. An in
 (index <= 0) writes a zero output block and touches no state.
 """
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +17,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .elementary import round_to, silu, to_fp32
+from .launch import launch
 from .validation import ConvDims, check_conv_args
 
 
@@ -168,16 +168,9 @@ def launch_conv(
     grid, arguments, constexprs = kernel_arguments(
         x, conv_state, weight, state_indices, bias, out, dims, config
     )
-    device = contextlib.nullcontext()
-    if x.device.type == "cuda":
-        device = torch.cuda.device(x.device)
-    with device:
-        compiled = conv_update_kernel[grid](
-            *arguments,
-            **constexprs,
-            num_warps=config.num_warps,
-            enable_fp_fusion=False,  # no FMA: every product is rounded before it is added
-        )
+    compiled = launch(
+        conv_update_kernel, grid, arguments, constexprs, num_warps=config.num_warps, device=x.device
+    )
     return out, compiled
 
 
@@ -199,15 +192,7 @@ def conv_update(
     ``conv_state`` is bitwise the golden's ``new_conv_state``. Runs on CUDA tensors, or on CPU
     tensors under ``TRITON_INTERPRET=1``.
     """
-    dims = check_conv_args(
-        x,
-        conv_state,
-        weight,
-        state_indices,
-        bias=bias,
-        activation=activation,
-        dim_first=dim_first,
-        interpreted=INTERPRETED,
-    )
+    options = {"bias": bias, "activation": activation, "dim_first": dim_first}
+    dims = check_conv_args(x, conv_state, weight, state_indices, **options, interpreted=INTERPRETED)
     out, _ = launch_conv(x, conv_state, weight, state_indices, bias, dims, conv_config(dims))
     return out

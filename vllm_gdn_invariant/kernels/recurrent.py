@@ -17,7 +17,6 @@ reductions of a value row never mix with other rows, so the launch shape (``Recu
 changes no bits.
 """
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +37,7 @@ from .elementary import (
     sqrt,
     to_fp32,
 )
+from .launch import launch
 from .validation import RecurrentDims, check_recurrent_args
 
 
@@ -325,16 +325,14 @@ def launch_recurrent(
     grid, arguments, constexprs = kernel_arguments(
         mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices, dims, config
     )
-    device = contextlib.nullcontext()
-    if mixed_qkv.device.type == "cuda":
-        device = torch.cuda.device(mixed_qkv.device)
-    with device:
-        compiled = recurrent_step_kernel[grid](
-            *arguments,
-            **constexprs,
-            num_warps=config.num_warps,
-            enable_fp_fusion=False,  # no FMA: every product is rounded before it is added
-        )
+    compiled = launch(
+        recurrent_step_kernel,
+        grid,
+        arguments,
+        constexprs,
+        num_warps=config.num_warps,
+        device=mixed_qkv.device,
+    )
     return out, compiled
 
 
@@ -359,19 +357,8 @@ def recurrent_step(
     every other block untouched. Runs on CUDA tensors, or on CPU tensors under
     ``TRITON_INTERPRET=1``.
     """
-    dims = check_recurrent_args(
-        mixed_qkv,
-        a,
-        b,
-        A_log,
-        dt_bias,
-        state,
-        state_indices,
-        num_k_heads=num_k_heads,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        interpreted=INTERPRETED,
-    )
-    config = recurrent_config(dims, state.dtype)
-    out, _ = launch_recurrent(mixed_qkv, a, b, A_log, dt_bias, state, state_indices, dims, config)
+    tensors = (mixed_qkv, a, b, A_log, dt_bias, state, state_indices)
+    options = {"num_k_heads": num_k_heads, "scale": scale, "use_qk_l2norm": use_qk_l2norm}
+    dims = check_recurrent_args(*tensors, **options, interpreted=INTERPRETED)
+    out, _ = launch_recurrent(*tensors, dims, recurrent_config(dims, state.dtype))
     return out
