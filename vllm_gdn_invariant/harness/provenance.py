@@ -49,9 +49,9 @@ def git_state() -> tuple[str | None, bool | None]:
 
 
 def provenance(**extra: object) -> dict:
-    """Git state, vLLM/torch/Triton/FlashInfer versions, Python, platform, device name and capability
-    ("cpu" and None without CUDA), the numeric knobs' environment values, UTC time and argv of
-    this run, then the caller's ``extra`` fields."""
+    """Git state, vLLM/torch/Triton/FlashInfer versions, Python, platform, device name and
+    capability ("cpu" and None without CUDA), the numeric knobs' environment values, UTC time
+    and argv of this run, then the caller's ``extra`` fields."""
     commit, dirty = git_state()
     try:
         import vllm
