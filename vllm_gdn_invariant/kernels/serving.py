@@ -1,0 +1,80 @@
+"""The GDN decode step as mode ``golden`` serves it inside vLLM: the conv update, then the
+recurrent step, both golden-matched kernels, launched from shapes alone.
+
+``recurrent_step`` and ``conv_update`` (the public functions) check every argument, state
+indices included, which reads index values back to the host; a decode step inside vLLM may
+be captured in a CUDA graph, where that is not allowed. :func:`decode_step` takes vLLM's own
+tensors (its caches, its state indices, padded rows with index <= 0 as inactive, as in the
+goldens' contract), derives the sizes from shapes, and launches the two kernels with the
+launch shapes of the public functions, so its bits are theirs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from vllm_gdn_invariant.golden import RecurrentDims
+
+from .conv import conv_config, launch_conv
+from .recurrent import launch_recurrent, recurrent_config
+from .validation import ConvDims
+
+
+def decode_step(
+    x: Tensor,
+    a: Tensor,
+    b: Tensor,
+    A_log: Tensor,
+    dt_bias: Tensor,
+    conv_state: Tensor,
+    conv_weight: Tensor,
+    conv_bias: Tensor | None,
+    state: Tensor,
+    state_indices: Tensor,
+    *,
+    num_k_heads: int,
+    scale: float,
+    activation: str | None = "silu",
+    dim_first: bool = True,
+) -> Tensor:
+    """One decode token per row: ``out [B, 1, HV, V]``; ``conv_state`` and ``state`` in place.
+
+    ``x`` [B, 2*H*K + HV*V] is the row's q | k | v before the convolution, ``conv_weight``
+    [dim, W], ``conv_state`` vLLM's cache ([blocks, dim, W-1] when ``dim_first``, else
+    [blocks, W-1, dim]), ``state`` [blocks, HV, V, K]. Bitwise ``golden.conv_update`` followed
+    by ``golden.recurrent_step`` on the conv output.
+    """
+    batch, dim = x.shape
+    conv_dims = ConvDims(
+        batch=batch,
+        dim=dim,
+        taps=conv_weight.shape[1],
+        dim_first=dim_first,
+        silu=activation is not None,
+    )
+    conv_out, _ = launch_conv(
+        x, conv_state, conv_weight, state_indices, conv_bias, conv_dims, conv_config(conv_dims)
+    )
+    num_v_heads, head_v, head_k = state.shape[1:]
+    dims = RecurrentDims(
+        batch=batch,
+        num_k_heads=num_k_heads,
+        num_v_heads=num_v_heads,
+        head_k=head_k,
+        head_v=head_v,
+        scale=torch.tensor(scale, dtype=torch.float32).item(),  # as the goldens round it
+        use_qk_l2norm=True,
+    )
+    out, _ = launch_recurrent(
+        conv_out,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        state,
+        state_indices,
+        dims,
+        recurrent_config(dims, state.dtype),
+    )
+    return out
