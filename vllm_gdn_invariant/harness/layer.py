@@ -282,7 +282,7 @@ def make_layer_state(
 
     return LayerState(
         A_log=randn(dims.num_v_heads, scale=0.5),
-        dt_bias=randn(dims.num_v_heads, scale=0.5),
+        dt_bias=randn(dims.num_v_heads, dtype=torch.bfloat16, scale=0.5),  # model dtype, as vLLM
         conv_weight=randn(dims.conv_dim, 1, dims.conv_width, dtype=torch.bfloat16, scale=0.3),
         conv_state=randn(num_blocks, *conv_shape, dtype=torch.bfloat16, scale=0.3),
         ssm_state=randn(num_blocks, *ssm_shape, dtype=state_dtype, scale=0.05),
