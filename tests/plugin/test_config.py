@@ -51,8 +51,6 @@ def test_bad_value_names_variable_value_and_choices(name, value):
     "name, value, reason",
     [
         ("VLLM_GDN_INVARIANT_MODE", "golden", "golden-matched kernels, not in this release"),
-        ("VLLM_GDN_INVARIANT_SHADOW", "0.1", "shadow checker is not in this release"),
-        ("VLLM_GDN_INVARIANT_SHADOW", "1.0,out=/tmp/s.jsonl", "not in this release"),
     ],
 )
 def test_settings_of_parts_not_in_this_release_are_refused_not_ignored(name, value, reason):

@@ -13,6 +13,7 @@ from vllm_gdn_invariant.plugin.versions import (
     TargetState,
     check_targets,
 )
+from vllm_gdn_invariant.shadow.config import ShadowConfig
 
 from ..conftest import SUPPORTED_CUDA_VERSIONS
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.wheels
 
 
 def all_targets():
-    patches = patches_for(PluginConfig(mode=Mode.ROUTE))
+    patches = patches_for(PluginConfig(mode=Mode.ROUTE, shadow=ShadowConfig(rate=1.0)))
     pairs = [(p.target, "replaced") for p in patches]
     pairs += [(t, "relied on") for p in patches for t in p.relies_on]
     return pairs

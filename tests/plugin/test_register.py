@@ -108,7 +108,7 @@ def test_mode_off_patches_nothing():
     [
         ("VLLM_GDN_INVARIANT_MODE", "fast"),
         ("VLLM_GDN_INVARIANT_MODE", "golden"),
-        ("VLLM_GDN_INVARIANT_SHADOW", "0.1"),
+        ("VLLM_GDN_INVARIANT_SHADOW", "1.5"),
     ],
 )
 def test_bad_configuration_raises_and_patches_nothing(name, value):

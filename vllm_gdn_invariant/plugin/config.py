@@ -4,11 +4,12 @@
 | --- | --- | --- |
 | ``VLLM_GDN_INVARIANT_MODE`` | ``route``, ``off`` | ``route`` |
 | ``VLLM_GDN_INVARIANT_STRICT`` | ``0``, ``1`` | ``0`` |
-| ``VLLM_GDN_INVARIANT_SHADOW`` | ``off``, ``0`` | ``off`` |
+| ``VLLM_GDN_INVARIANT_SHADOW`` | ``off``, ``0``, ``<rate>[,option=value...]`` | ``off`` |
 
 A bad value raises :class:`ConfigError`, whose message names the variable, the value and the
-valid choices. Values reserved for parts not in this release (mode ``golden``, a shadow
-sampling rate) are refused the same way, so no setting is accepted without effect.
+valid choices. Values reserved for parts not in this release (mode ``golden``) are refused the
+same way, so no setting is accepted without effect. The shadow setting's grammar and checks
+(a writable output folder among them) are in ``vllm_gdn_invariant/shadow/config.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import enum
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from vllm_gdn_invariant.shadow.config import ShadowConfig, ShadowSettingError, parse_shadow
 
 MODE_ENV = "VLLM_GDN_INVARIANT_MODE"
 STRICT_ENV = "VLLM_GDN_INVARIANT_STRICT"
@@ -53,9 +56,15 @@ RESERVED_MODES = {"golden": "mode golden comes with the golden-matched kernels"}
 class PluginConfig:
     mode: Mode = Mode.ROUTE
     strict: bool = False
+    shadow: ShadowConfig = ShadowConfig()
 
     def describe(self) -> str:
-        return f"mode={self.mode.value} strict={int(self.strict)}"
+        return f"mode={self.mode.value} strict={int(self.strict)} shadow={self.shadow.describe()}"
+
+    @property
+    def installs_nothing(self) -> bool:
+        """Mode off without the shadow checker: nothing to patch."""
+        return self.mode is Mode.OFF and not self.shadow.enabled
 
 
 def parse_mode(value: str) -> Mode:
@@ -78,20 +87,20 @@ def parse_strict(value: str) -> bool:
     return text == "1"
 
 
-SHADOW_CHOICES = "off | 0 (the shadow checker is not in this release)"
-
-
-def check_shadow(value: str) -> None:
-    """``off``/``0``/empty pass; anything else is refused: the checker is not in this release."""
-    if value.strip().lower() not in ("", "0", "off"):
-        raise ConfigError(SHADOW_ENV, value, SHADOW_CHOICES)
+def load_shadow(value: str) -> ShadowConfig:
+    """The shadow checker's setting (shadow/config.py); a bad one raises :class:`ConfigError`."""
+    try:
+        return parse_shadow(value)
+    except ShadowSettingError as exc:
+        raise ConfigError(SHADOW_ENV, value, exc.choices) from None
 
 
 def load_config(environ: Mapping[str, str] | None = None) -> PluginConfig:
     """Parse the plugin's environment variables; raise :class:`ConfigError` on a bad value."""
     env = os.environ if environ is None else environ
-    check_shadow(env.get(SHADOW_ENV, "off"))
+    shadow = load_shadow(env.get(SHADOW_ENV, "off"))
     return PluginConfig(
         mode=parse_mode(env.get(MODE_ENV, Mode.ROUTE.value)),
         strict=parse_strict(env.get(STRICT_ENV, "0")),
+        shadow=shadow,
     )

@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass
 
 from vllm_gdn_invariant.patches import MethodPatch, PatchError, apply_all, routing_patch
+from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig, load_config
 from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
 from vllm_gdn_invariant.plugin.versions import GuardResult, check_targets
@@ -45,10 +46,12 @@ class UnsupportedVllmError(RuntimeError):
 
 
 def patches_for(config: PluginConfig) -> list[MethodPatch]:
-    """The patches the plugin installs for ``config`` (none in mode off)."""
-    if config.mode is Mode.OFF:
-        return []
-    return [routing_patch()]
+    """The patches the plugin installs for ``config``: the routing unless mode off, then the
+    shadow checker's wrappers when it is on (last: they wrap what the others installed)."""
+    patches = [] if config.mode is Mode.OFF else [routing_patch()]
+    if config.shadow.enabled:
+        patches += shadow_patches()
+    return patches
 
 
 def packed_decode_enabled() -> bool:
@@ -72,7 +75,7 @@ class PluginStatus:
 
     @property
     def refusal(self) -> str | None:
-        if self.config.mode is Mode.OFF:
+        if self.config.installs_nothing:
             return None
         if self.error is not None:
             return self.error
@@ -84,11 +87,11 @@ class PluginStatus:
 
     @property
     def will_patch(self) -> bool:
-        return self.config.mode is not Mode.OFF and self.refusal is None
+        return not self.config.installs_nothing and self.refusal is None
 
     def action(self) -> str:
         """What the plugin did or would do, in words."""
-        if self.config.mode is Mode.OFF:
+        if self.config.installs_nothing:
             return "nothing patched (mode off)"
         if self.refusal is not None:
             return f"nothing patched: {self.refusal}"
@@ -122,11 +125,12 @@ def plan(config: PluginConfig | None = None) -> PluginStatus:
     when the fingerprints pass.
     """
     config = load_config() if config is None else config
-    if config.mode is Mode.OFF:
+    if config.installs_nothing:
         return PluginStatus(config, None, ())
     patches = tuple(patches_for(config))
     targets = [(p.target, "replaced") for p in patches]
     targets += [(t, "relied on") for p in patches for t in p.relies_on]
+    targets = list(dict.fromkeys(targets))  # the shadow wrappers share targets with the rest
     guard = check_targets(targets)
     platform = check_platform() if guard.ok else None
     return PluginStatus(config, guard, patches, platform)

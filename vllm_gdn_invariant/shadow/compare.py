@@ -1,0 +1,81 @@
+"""Served rows against a reference, field by field, in the terms of harness/bits.py.
+
+For each field (``output``, ``recurrent_state``, ``conv_state``) the statistics are those of
+:func:`vllm_gdn_invariant.harness.bits.compare`: elements compared, elements whose bits differ
+(+0 and -0 differ), max |diff| over pairs where both are finite, NaN mismatches, and the ULP
+histogram in the buckets of ``bits.ULP_BUCKETS``; plus the max ULP distance (int64 max when
+one side is NaN). They are computed on the tensors' device with ``bits.raw_bits`` and
+``bits.ulp_distance`` and brought to the host in one transfer for all fields, so a check
+synchronizes once; tests/shadow/test_compare.py pins them equal to ``bits.compare``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor
+
+from vllm_gdn_invariant.harness.bits import (
+    ULP_BUCKET_UPPER,
+    ULP_BUCKETS,
+    raw_bits,
+    ulp_distance,
+)
+
+FIELDS = ("output", "recurrent_state", "conv_state")
+
+
+@dataclass(frozen=True)
+class FieldStats:
+    """One field of one check."""
+
+    compared: int
+    differing: int
+    max_abs_diff: float
+    max_ulp: int
+    nan_mismatches: int
+    ulp_histogram: dict[str, int]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _device_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
+    """(int64 [3 + buckets]: differing, max ULP, NaN mismatches, histogram; float64 max |diff|)."""
+    if served.dtype != reference.dtype or served.shape != reference.shape:
+        raise ValueError(
+            f"served {served.dtype}{tuple(served.shape)} and reference "
+            f"{reference.dtype}{tuple(reference.shape)} differ in dtype or shape"
+        )
+    distance = ulp_distance(served, reference).flatten()
+    differing = (raw_bits(served) != raw_bits(reference)).sum()
+    nan_mismatches = (torch.isnan(served) ^ torch.isnan(reference)).sum()
+    bounds = torch.tensor(ULP_BUCKET_UPPER, dtype=torch.int64, device=served.device)
+    histogram = torch.bincount(torch.bucketize(distance, bounds), minlength=len(ULP_BUCKETS))
+    ints = torch.cat([torch.stack([differing, distance.max(), nan_mismatches]), histogram])
+    finite = torch.isfinite(served) & torch.isfinite(reference)
+    diff = torch.where(finite, (served.double() - reference.double()).abs(), 0.0)
+    return ints, diff.max().reshape(1)
+
+
+def summarize(pairs: Mapping[str, tuple[Tensor, Tensor]]) -> dict[str, FieldStats]:
+    """``{field: (served, reference)}`` -> ``{field: FieldStats}``, with one host transfer."""
+    names = list(pairs)
+    stats = [_device_stats(*pairs[name]) for name in names]
+    ints = torch.cat([s[0] for s in stats]).cpu().tolist()
+    floats = torch.cat([s[1] for s in stats]).cpu().tolist()
+    width = 3 + len(ULP_BUCKETS)
+    out = {}
+    for i, name in enumerate(names):
+        row = ints[i * width : (i + 1) * width]
+        out[name] = FieldStats(
+            compared=pairs[name][0].numel(),
+            differing=row[0],
+            max_abs_diff=floats[i],
+            max_ulp=row[1],
+            nan_mismatches=row[2],
+            ulp_histogram=dict(zip(ULP_BUCKETS, row[3:], strict=True)),
+        )
+    return out

@@ -1,0 +1,185 @@
+"""The shadow checker's setting: ``VLLM_GDN_INVARIANT_SHADOW``.
+
+Grammar: ``off`` (default; also ``0`` or empty), or
+``<rate>[,ref=golden|decode|golden+decode][,out=PATH][,seed=INT][,max_rows=INT][,max_mb=NUM]``.
+
+* ``rate``: the fraction of decode rows checked, in (0, 1]; a decimal (``0.015625``) or a
+  fraction (``1/64``).
+* ``ref``: what recomputes a sampled row. ``golden``: the PyTorch goldens (an L2 check: do the
+  serving kernels give the trainer's bits?). ``decode``: vLLM's own decode-only path on a copy
+  of the row's state (an L1 check: does a row get the bits of a decode-only step, i.e. does
+  the routing hold live?). ``golden+decode``: both, one record each. Default ``golden``.
+* ``out``: the JSONL file. Each process writes its own file, named with its pid: ``{pid}`` in
+  the path is replaced by it, otherwise it goes before the suffix
+  (``shadow.jsonl`` -> ``shadow.12345.jsonl``). Default ``gdn_invariant_shadow.jsonl`` in the
+  working directory. Its folder must exist and be writable when the setting is read.
+* ``seed``: the sampler's seed (every process draws the same rows of the same steps).
+* ``max_rows``: at most this many rows per step and layer (default 64).
+* ``max_mb``: the snapshot of one layer's sampled rows (their inputs and state blocks, copied
+  before the step) stays within this many MiB (default 256); fewer rows are taken to fit.
+
+:func:`parse_shadow` raises :class:`ShadowSettingError` (plugin/config.py turns it into the
+plugin's ``ConfigError``, which names the variable, the value and the valid values).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+OFF_VALUES = ("", "0", "off")
+REFERENCES = ("golden", "decode", "golden+decode")
+DEFAULT_OUT = "gdn_invariant_shadow.jsonl"
+DEFAULT_MAX_ROWS = 64
+DEFAULT_MAX_MB = 256.0
+SHADOW_CHOICES = (
+    "off | 0 | <rate>[,ref=golden|decode|golden+decode][,out=PATH][,seed=INT]"
+    "[,max_rows=INT][,max_mb=NUM], rate in (0, 1] (e.g. 1/64 or 0.05)"
+)
+
+
+class ShadowSettingError(ValueError):
+    """The shadow setting is malformed; ``choices`` spells the grammar and the reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.choices = f"{SHADOW_CHOICES}; {reason}"
+
+
+@dataclass(frozen=True)
+class ShadowConfig:
+    """Parsed ``VLLM_GDN_INVARIANT_SHADOW``; ``rate`` None means off."""
+
+    rate: float | None = None
+    rate_text: str = "off"
+    reference: str = "golden"
+    out: str = DEFAULT_OUT
+    seed: int = 0
+    max_rows: int = DEFAULT_MAX_ROWS
+    max_mb: float = DEFAULT_MAX_MB
+
+    @property
+    def enabled(self) -> bool:
+        return self.rate is not None
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """The references each check runs, in record order."""
+        return tuple(self.reference.split("+"))
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.max_mb * 1024 * 1024)
+
+    def describe(self) -> str:
+        if not self.enabled:
+            return "off"
+        return (
+            f"{self.rate_text} ref={self.reference} out={self.out} seed={self.seed} "
+            f"max_rows={self.max_rows} max_mb={self.max_mb:g}"
+        )
+
+    def path_for(self, pid: int) -> Path:
+        """The JSONL file of process ``pid``."""
+        return output_path(self.out, pid)
+
+
+def output_path(template: str, pid: int) -> Path:
+    """``template`` with ``{pid}`` replaced, or the pid put before the suffix."""
+    if "{pid}" in template:
+        return Path(template.replace("{pid}", str(pid)))
+    path = Path(template)
+    suffix = path.suffix or ".jsonl"
+    return path.with_name(f"{path.stem if path.suffix else path.name}.{pid}{suffix}")
+
+
+def parse_rate(text: str) -> float:
+    """A rate in (0, 1], written as a decimal or a fraction ``a/b``."""
+    try:
+        rate = float(Fraction(text.strip()))
+    except (ValueError, ZeroDivisionError):
+        raise ShadowSettingError(f"rate {text!r} is not a number or a fraction a/b") from None
+    if not math.isfinite(rate) or not 0.0 < rate <= 1.0:
+        raise ShadowSettingError(f"rate {text!r} is not in (0, 1]")
+    return rate
+
+
+def parse_int(key: str, text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ShadowSettingError(f"{key}={text!r} is not an integer") from None
+    if value < minimum:
+        raise ShadowSettingError(f"{key}={value} is below {minimum}")
+    return value
+
+
+def parse_mb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ShadowSettingError(f"max_mb={text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ShadowSettingError(f"max_mb={text!r} is not a positive number")
+    return value
+
+
+def check_writable(template: str) -> str:
+    """The absolute template; raises unless its folder exists and a file can be created in it.
+
+    The probe is an unnamed temporary file (nothing is left behind); it catches read-only
+    file systems and permissions that ``os.access`` reports wrongly for root.
+    """
+    if not template.strip():
+        raise ShadowSettingError("out= is empty")
+    path = Path(template).expanduser()
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    folder = path.parent
+    if not folder.is_dir():
+        raise ShadowSettingError(f"out={template!r}: folder {str(folder)!r} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ShadowSettingError(
+            f"out={template!r}: cannot write in {str(folder)!r} ({exc.strerror or exc})"
+        ) from None
+    probe = output_path(str(path), os.getpid())
+    if probe.exists() and not (probe.is_file() and os.access(probe, os.W_OK)):
+        raise ShadowSettingError(f"out={template!r}: {str(probe)!r} is not a writable file")
+    return str(path)
+
+
+def parse_shadow(value: str) -> ShadowConfig:
+    """Parse the setting; raise :class:`ShadowSettingError` on anything malformed."""
+    text = value.strip()
+    if text.lower() in OFF_VALUES:
+        return ShadowConfig()
+    rate_text, *options = [part.strip() for part in text.split(",")]
+    fields: dict[str, str] = {}
+    for option in options:
+        key, sep, item = option.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in ("ref", "out", "seed", "max_rows", "max_mb"):
+            raise ShadowSettingError(f"unknown option {option!r}")
+        if key in fields:
+            raise ShadowSettingError(f"option {key} given twice")
+        fields[key] = item.strip()
+    rate = parse_rate(rate_text)
+    reference = fields.get("ref", "golden").lower()
+    if reference not in REFERENCES:
+        raise ShadowSettingError(f"ref={reference!r} is not one of {', '.join(REFERENCES)}")
+    return ShadowConfig(
+        rate=rate,
+        rate_text=rate_text,
+        reference=reference,
+        out=check_writable(fields.get("out", DEFAULT_OUT)),
+        seed=parse_int("seed", fields.get("seed", "0"), 0),
+        max_rows=parse_int("max_rows", fields.get("max_rows", str(DEFAULT_MAX_ROWS)), 1),
+        max_mb=parse_mb(fields.get("max_mb", str(DEFAULT_MAX_MB))),
+    )

@@ -1,0 +1,192 @@
+"""Recompute a snapshot's decode rows with a reference: the goldens or vLLM's decode path.
+
+Both run on copies: the snapshot's state blocks are placed in a scratch cache of ``m + 1``
+blocks (block 0 is the null block, zeros; row ``i`` owns block ``i + 1``), so the live cache is
+never touched, and return the output rows and the new blocks in the cache's storage layout.
+
+* :func:`golden_reference`: ``golden.conv_update`` then ``golden.recurrent_step`` (the
+  goldens validate the scratch indices against their state contract before computing).
+  It reads the blocks through :class:`StateLayout`: the conv block as the cache stores it
+  (dim-first or not) and the recurrent block as ``[HV, V, K]`` or, on vLLM's CPU path, whose
+  kernels read the same ``[HV, V, K]``-shaped cache as ``[HV, K, V]``, transposed.
+* :func:`decode_reference`: the platform's decode-only function of vLLM (``decode_call``) on
+  a view of the layer whose ``kv_cache`` is the scratch cache, with a metadata view that
+  describes a decode-only step of the sampled rows.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vllm_gdn_invariant.golden import conv_update, recurrent_step
+from vllm_gdn_invariant.shadow.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """How the serving path stores a layer's state blocks.
+
+    ``conv_dim_first``: a conv block is ``[dim, W-1]`` (else ``[W-1, dim]``).
+    ``recurrent_k_major``: a recurrent block, shaped ``[HV, V, K]``, holds ``h`` as
+    ``[HV, K, V]`` in memory (vLLM's CPU kernels).
+    """
+
+    conv_dim_first: bool
+    recurrent_k_major: bool = False
+
+    def recurrent_logical(self, blocks: Tensor) -> Tensor:
+        """Storage blocks ``[n, HV, V, K]`` -> ``h`` indexed ``[n, hv, v, k]``."""
+        if not self.recurrent_k_major:
+            return blocks
+        n, heads, v_dim, k_dim = blocks.shape
+        return blocks.reshape(n, heads, k_dim, v_dim).transpose(-1, -2)
+
+    def recurrent_storage(self, logical: Tensor) -> Tensor:
+        """Inverse of :meth:`recurrent_logical` (a contiguous tensor)."""
+        if not self.recurrent_k_major:
+            return logical.contiguous()
+        n, heads, v_dim, k_dim = logical.shape
+        return logical.transpose(-1, -2).contiguous().reshape(n, heads, v_dim, k_dim)
+
+
+@dataclass(frozen=True)
+class GoldenParams:
+    """What the goldens need of a layer (per tensor-parallel rank)."""
+
+    conv_weight: Tensor  # [dim, W], unpacked
+    conv_bias: Tensor | None
+    activation: str | None
+    A_log: Tensor
+    dt_bias: Tensor
+    num_k_heads: int
+    head_k_dim: int
+
+    @classmethod
+    def of_layer(cls, layer: Any, conv_weight: Tensor) -> GoldenParams:
+        return cls(
+            conv_weight=conv_weight,
+            conv_bias=layer.conv1d.bias,
+            activation=layer.activation,
+            A_log=layer.A_log,
+            dt_bias=layer.dt_bias,
+            num_k_heads=layer.num_k_heads // layer.tp_size,
+            head_k_dim=layer.head_k_dim,
+        )
+
+
+@dataclass
+class ReferenceResult:
+    """A reference's output rows ``[m, HV, V]`` and new blocks (storage layout)."""
+
+    output: Tensor
+    recurrent_state: Tensor
+    conv_state: Tensor
+
+
+def scratch(blocks: Tensor) -> Tensor:
+    """``blocks`` behind a zero null block: row ``i`` owns block ``i + 1``."""
+    return torch.cat([torch.zeros_like(blocks[:1]), blocks])
+
+
+def scratch_indices(num_rows: int, device: torch.device) -> Tensor:
+    return torch.arange(1, num_rows + 1, dtype=torch.int32, device=device)
+
+
+def golden_reference(
+    snapshot: Snapshot, params: GoldenParams, layout: StateLayout, out_dtype: torch.dtype
+) -> ReferenceResult:
+    """The goldens on the snapshot's rows."""
+    m = snapshot.num_rows
+    indices = scratch_indices(m, snapshot.rows.device)
+    conv_out, new_conv = conv_update(
+        snapshot.mixed_qkv,
+        scratch(snapshot.conv_blocks),
+        params.conv_weight,
+        indices,
+        bias=params.conv_bias,
+        activation=params.activation,
+        dim_first=layout.conv_dim_first,
+    )
+    out, new_state = recurrent_step(
+        conv_out,
+        snapshot.a,
+        snapshot.b,
+        params.A_log,
+        params.dt_bias,
+        scratch(layout.recurrent_logical(snapshot.ssm_blocks)),
+        indices,
+        num_k_heads=params.num_k_heads,
+        scale=params.head_k_dim**-0.5,
+        use_qk_l2norm=True,
+    )
+    return ReferenceResult(
+        output=out[:, 0].to(out_dtype),
+        recurrent_state=layout.recurrent_storage(new_state[1:]),
+        conv_state=new_conv[1:],
+    )
+
+
+class LayerView:
+    """The layer, except that ``kv_cache`` is another pair of tensors."""
+
+    def __init__(self, layer: Any, kv_cache: tuple[Tensor, Tensor]) -> None:
+        object.__setattr__(self, "_layer", layer)
+        object.__setattr__(self, "kv_cache", kv_cache)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._layer, name)
+
+
+def decode_only_metadata(attn_metadata: Any, indices: Tensor) -> Any:
+    """A view of ``attn_metadata`` that describes a decode-only, non-speculative step of
+    ``len(indices)`` one-token rows owning blocks ``indices``."""
+    m = int(indices.numel())
+    values = {}
+    if is_dataclass(attn_metadata):
+        values = {f.name: getattr(attn_metadata, f.name) for f in fields(attn_metadata)}
+    values.update(
+        num_prefills=0,
+        num_prefill_tokens=0,
+        num_decodes=m,
+        num_decode_tokens=m,
+        num_actual_tokens=m,
+        non_spec_state_indices_tensor=indices,
+        non_spec_query_start_loc=torch.arange(m + 1, dtype=torch.int32, device=indices.device),
+        has_initial_state=None,
+        spec_sequence_masks=None,
+        num_accepted_tokens=None,
+    )
+    return types.SimpleNamespace(**values)
+
+
+# decode_call(layer_view, metadata_view, mixed_qkv, b, a, core_attn_out): runs vLLM's
+# decode-only path of the serving platform on the view's caches.
+DecodeCall = Callable[[Any, Any, Tensor, Tensor, Tensor, Tensor], None]
+
+
+def decode_reference(
+    snapshot: Snapshot,
+    layer: Any,
+    attn_metadata: Any,
+    decode_call: DecodeCall,
+    out_dtype: torch.dtype,
+) -> ReferenceResult:
+    """vLLM's decode-only path on the snapshot's rows, on a scratch cache."""
+    m = snapshot.num_rows
+    device = snapshot.rows.device
+    conv, ssm = scratch(snapshot.conv_blocks), scratch(snapshot.ssm_blocks)
+    view = LayerView(layer, (conv, ssm))
+    metadata = decode_only_metadata(attn_metadata, scratch_indices(m, device))
+    heads, v_dim = snapshot.ssm_blocks.shape[1], snapshot.ssm_blocks.shape[2]
+    out = torch.zeros((m, heads, v_dim), dtype=out_dtype, device=device)
+    # vLLM's conv update writes its output over its input: give it copies.
+    decode_call(
+        view, metadata, snapshot.mixed_qkv.clone(), snapshot.b.clone(), snapshot.a.clone(), out
+    )
+    return ReferenceResult(output=out, recurrent_state=ssm[1:], conv_state=conv[1:])
