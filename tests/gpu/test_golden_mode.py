@@ -32,6 +32,7 @@ pytestmark = [
 ]
 
 CUDA = torch.device("cuda")
+CASE_COMPOSITIONS = 3  # the routing evidence runs all; the goldens on a GPU are slow
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def test_decode_rows_are_the_goldens_bits_in_decode_only_and_mixed_steps(
     golden_mode, dims, state_dtype
 ):
     vllm_config = make_vllm_config(dims, state_dtype)
-    for seed, composition in enumerate(COMPOSITIONS):
+    for seed, composition in enumerate(COMPOSITIONS[:CASE_COMPOSITIONS]):
         g = torch.Generator().manual_seed(seed)
         requests = step_requests(
             composition.decodes, composition.prefills, composition.fresh_prefill
