@@ -3,6 +3,7 @@
 import pytest
 
 from vllm_gdn_invariant.patches import SourceTarget
+from vllm_gdn_invariant.patches.batch_invariance import batch_invariance_patches
 from vllm_gdn_invariant.patches.routing import FLASHINFER_PLAN, FORWARD_CORE, METADATA_CLASS
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig
 from vllm_gdn_invariant.plugin.entry import patches_for
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.wheels
 
 def all_targets():
     patches = patches_for(PluginConfig(mode=Mode.ROUTE, shadow=ShadowConfig(rate=1.0)))
+    patches += batch_invariance_patches(enabled=True)  # every release's
     pairs = [(p.target, "replaced") for p in patches]
     pairs += [(t, "relied on") for p in patches for t in p.relies_on]
     return pairs

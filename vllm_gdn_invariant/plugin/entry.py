@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass
 
 from vllm_gdn_invariant.patches import MethodPatch, PatchError, apply_all, routing_patch
+from vllm_gdn_invariant.patches.batch_invariance import describe_patches, invariance_patches
 from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig, load_config
 from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
@@ -46,9 +47,10 @@ class UnsupportedVllmError(RuntimeError):
 
 
 def patches_for(config: PluginConfig) -> list[MethodPatch]:
-    """The patches the plugin installs for ``config``: the routing unless mode off, then the
-    shadow checker's wrappers when it is on (last: they wrap what the others installed)."""
-    patches = [] if config.mode is Mode.OFF else [routing_patch()]
+    """The patches the plugin installs for ``config``: the routing unless mode off (with the
+    batch-invariance patches under ``VLLM_BATCH_INVARIANT=1``), then the shadow checker's
+    wrappers when it is on (last: they wrap what the others installed)."""
+    patches = [] if config.mode is Mode.OFF else [routing_patch(), *invariance_patches()]
     if config.shadow.enabled:
         patches += shadow_patches()
     return patches
@@ -96,7 +98,7 @@ class PluginStatus:
         if self.refusal is not None:
             return f"nothing patched: {self.refusal}"
         verb = "patched" if self.applied else "would patch"
-        action = f"{verb} " + ", ".join(p.name for p in self.patches)
+        action = f"{verb} " + describe_patches(self.patches)
         if self.platform is not None and self.platform.is_cpu:
             action += (
                 " (CPU platform: GDN layers run forward_cpu, which does not call"
