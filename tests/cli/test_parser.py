@@ -18,13 +18,17 @@ def run(argv: list[str]) -> int:
 def test_top_level_help_exits_0_and_lists_both_subcommands(capsys):
     assert run(["--help"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"usage: {PROG} [-h] {{doctor,demo}}")
-    assert "doctor" in out and "demo" in out
+    assert out.startswith(f"usage: {PROG} [-h] {{doctor,demo,report}}")
+    assert "doctor" in out and "demo" in out and "report" in out
 
 
 @pytest.mark.parametrize(
     ("command", "options"),
-    [("doctor", ["--model DIR"]), ("demo", ["--model DIR", "--max-tokens N", "--json FILE"])],
+    [
+        ("doctor", ["--model DIR"]),
+        ("demo", ["--model DIR", "--max-tokens N", "--json FILE"]),
+        ("report", ["--plot FILE", "LOG.jsonl"]),
+    ],
 )
 def test_subcommand_help_exits_0_with_its_usage_and_options(capsys, command, options):
     assert run([command, "--help"]) == 0
@@ -46,7 +50,7 @@ def test_no_subcommand_prints_usage_on_stderr_and_exits_2(capsys):
     assert run([]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"usage: {PROG}")
-    assert "required: {doctor,demo}" in err
+    assert "required: {doctor,demo,report}" in err
 
 
 def test_unknown_subcommand_exits_2(capsys):

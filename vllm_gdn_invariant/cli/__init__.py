@@ -1,4 +1,5 @@
-"""The command line: ``vllm-gdn-invariant`` (or ``python -m vllm_gdn_invariant``) ``doctor|demo``.
+"""The command line: ``vllm-gdn-invariant`` (or ``python -m vllm_gdn_invariant``)
+``doctor|demo|report``.
 
 The parser lives here and imports nothing from vLLM, so ``--help`` and usage errors answer at
 once; a subcommand's module, which imports vLLM, is loaded when that subcommand runs and
@@ -63,11 +64,27 @@ def program_name(argv0: str | None = None) -> str:
     return CONSOLE_SCRIPT if name == CONSOLE_SCRIPT else MODULE_PROG
 
 
+REPORT_DESCRIPTION = """\
+Read the JSONL files of the shadow checker (VLLM_GDN_INVARIANT_SHADOW, one file per process)
+and print, for each reference and provider found, a table per GDN layer and field (output,
+recurrent state, conv state): checks, checks with a difference, elements compared and
+differing, max |diff|, max ULP distance and the ULP histogram. --plot FILE also draws the ULP
+histograms (needs matplotlib: pip install 'vllm-gdn-invariant[plot]').
+"""
+
+REPORT_EPILOG = """\
+exit status:
+  0  the report is printed (and the figure written)
+  1  a file cannot be read or holds a line that is not a shadow record, or no file holds a check
+  2  the command line is wrong
+"""
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    """The top-level parser with the ``doctor`` and ``demo`` subparsers."""
+    """The top-level parser with the ``doctor``, ``demo`` and ``report`` subparsers."""
     parser = argparse.ArgumentParser(prog=prog or program_name(), description=DESCRIPTION)
     commands = parser.add_subparsers(
-        dest="command", metavar="{doctor,demo}", title="commands", required=True
+        dest="command", metavar="{doctor,demo,report}", title="commands", required=True
     )
 
     doctor = commands.add_parser(
@@ -97,6 +114,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, metavar="N", help="sampling seed")
     demo.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
     demo.set_defaults(command_parser=demo)
+
+    report = commands.add_parser(
+        "report",
+        help="tables (and a plot) of the shadow checker's JSONL files",
+        description=REPORT_DESCRIPTION,
+        epilog=REPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("logs", nargs="+", metavar="LOG.jsonl", help="shadow JSONL files")
+    report.add_argument("--plot", metavar="FILE", help="also draw the ULP histograms to FILE")
+    report.set_defaults(command_parser=report)
     return parser
 
 

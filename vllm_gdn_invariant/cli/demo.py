@@ -4,7 +4,8 @@ It writes a tiny Qwen3-Next model (config, a locally built tokenizer, dummy weig
 temporary folder, starts vLLM offline with ``VLLM_PLUGINS=gdn_invariant``, runs a target
 request alone and then among requests of mixed lengths under a small token budget (so that
 steps mix prefills and decodes), and reports whether the target's tokens and logprobs are
-bitwise identical.
+bitwise identical. With ``VLLM_GDN_INVARIANT_SHADOW`` set, the report also sums the shadow
+checker's records of the run (``"shadow": {"checks": N, "with_difference": M, ...}``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from vllm_gdn_invariant import cli
+from vllm_gdn_invariant.cli.report import totals
 from vllm_gdn_invariant.models.tiny import words, write_tiny_model
 from vllm_gdn_invariant.plugin.entry import plan, registered_status
+from vllm_gdn_invariant.shadow.config import ShadowConfig
+from vllm_gdn_invariant.shadow.record import read_records
 
 PLUGIN_NAME = "gdn_invariant"
 TARGET_PROMPT_WORDS = 12
@@ -57,7 +61,7 @@ class DemoReport:
     max_logprob_diff: float
     alone: Completion
     batched: Completion
-    shadow: str = "shadow mode not enabled"
+    shadow: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
     seconds: dict[str, float] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
@@ -74,9 +78,37 @@ class DemoReport:
             ),
             f"  logprobs identical: {self.logprobs_identical} (bitwise; max |diff| "
             f"{self.max_logprob_diff:.3g})",
-            f"shadow:   {self.shadow}",
+            f"shadow:   {shadow_line(self.shadow)}",
         ]
         return out
+
+
+def shadow_line(shadow: dict[str, Any]) -> str:
+    """The shadow summary in words."""
+    if not shadow.get("enabled"):
+        return "off (VLLM_GDN_INVARIANT_SHADOW=<rate> turns it on)"
+    parts = [
+        f"{ref}: {n['checks']} checks, {n['with_difference']} with a difference"
+        for ref, n in sorted(shadow["by_reference"].items())
+    ]
+    return (
+        f"{shadow['checks']} checks, {shadow['with_difference']} with a difference, "
+        f"{shadow['failures']} failures ({'; '.join(parts) or 'no check ran'})"
+    )
+
+
+def shadow_summary(config: ShadowConfig, since: float) -> dict[str, Any]:
+    """Totals of the shadow records written since ``since`` (time.time()) by any process."""
+    if not config.enabled:
+        return {"enabled": False}
+    files = config.files()
+    records = [r for path in files for r in read_records(path) if r["time"] >= since]
+    return {
+        "enabled": True,
+        "setting": config.describe(),
+        **totals(records),
+        "files": [str(p) for p in files],
+    }
 
 
 def compare(alone: Completion, batched: Completion) -> tuple[bool, bool, int | None, float]:
@@ -115,6 +147,7 @@ def progress(step: int, total: int, text: str) -> None:
 def run_demo(model_dir: str | None, max_tokens: int, seed: int) -> DemoReport:
     total = 5
     timings: dict[str, float] = {}
+    started = time.time()
     progress(1, total, "plugin: " + plan().summary())
     enable_plugin_env()
 
@@ -179,6 +212,7 @@ def run_demo(model_dir: str | None, max_tokens: int, seed: int) -> DemoReport:
         max_logprob_diff=max_diff,
         alone=alone,
         batched=batched,
+        shadow=shadow_summary(status.config.shadow, started),
         seconds={k: round(v, 1) for k, v in timings.items()},
     )
 

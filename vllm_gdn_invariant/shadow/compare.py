@@ -23,8 +23,9 @@ from vllm_gdn_invariant.harness.bits import (
     raw_bits,
     ulp_distance,
 )
+from vllm_gdn_invariant.shadow.record import FIELDS
 
-FIELDS = ("output", "recurrent_state", "conv_state")
+__all__ = ["FIELDS", "FieldStats", "summarize"]
 
 
 @dataclass(frozen=True)

@@ -87,9 +87,15 @@ class ShadowConfig:
         """The JSONL file of process ``pid``."""
         return output_path(self.out, pid)
 
+    def files(self) -> list[Path]:
+        """The JSONL files of every process that wrote one (any pid)."""
+        pattern = output_path(self.out, "*")
+        return sorted(pattern.parent.glob(pattern.name))
 
-def output_path(template: str, pid: int) -> Path:
-    """``template`` with ``{pid}`` replaced, or the pid put before the suffix."""
+
+def output_path(template: str, pid: int | str) -> Path:
+    """``template`` with ``{pid}`` replaced, or the pid put before the suffix (``pid="*"``
+    gives the glob pattern of every process's file)."""
     if "{pid}" in template:
         return Path(template.replace("{pid}", str(pid)))
     path = Path(template)

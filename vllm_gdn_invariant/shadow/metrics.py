@@ -169,7 +169,7 @@ class FileExporter:
 
 class ExportedMetricsCollector(Collector):
     """The sum over the ``*.prom`` files of a folder: one family per metric name, each sample
-    (name and labels) summed over the files; ``_created`` samples are left out."""
+    (name and labels) summed over the files; ``_created`` series are left out."""
 
     def __init__(self, folder: str) -> None:
         self.folder = Path(folder)
@@ -183,6 +183,8 @@ class ExportedMetricsCollector(Collector):
             except OSError:
                 continue
             for family in text_string_to_metric_families(text):
+                if family.name.endswith("_created"):
+                    continue  # per-process creation times: no sum
                 families.setdefault(
                     family.name, Metric(family.name, family.documentation, family.type)
                 )
@@ -197,7 +199,6 @@ class ExportedMetricsCollector(Collector):
 
 
 _collector: ExportedMetricsCollector | None = None
-_created_dir: str | None = None
 _setup_lock = threading.Lock()
 
 
@@ -216,7 +217,7 @@ def setup_process() -> str | None:
     process registers the collector of the folder on prometheus_client's default registry
     (the one vLLM's single API server serves).
     """
-    global _collector, _created_dir
+    global _collector
     if multiprocess_mode():
         return None
     with _setup_lock:
@@ -224,7 +225,6 @@ def setup_process() -> str | None:
         if not folder:
             folder = tempfile.mkdtemp(prefix="gdn_invariant_shadow_metrics_")
             os.environ[EXPORT_DIR_ENV] = folder
-            _created_dir = folder
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
         if _collector is None:
             _collector = ExportedMetricsCollector(folder)

@@ -14,6 +14,7 @@ A check record (``"kind": "check"``), one per layer, step and reference::
 ``step_kind`` is ``decode`` (a decode-only step) or ``mixed`` (decode rows beside prefills);
 ``provider`` says what served the rows (checker.py); ``step`` counts this process's steps.
 A failure record (``"kind": "failure"``) has time, pid, process, ``stage`` and ``error``.
+This module imports neither torch nor vLLM (the ``report`` command reads records with it).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from vllm_gdn_invariant.shadow.compare import FIELDS, FieldStats
+if TYPE_CHECKING:
+    from vllm_gdn_invariant.shadow.compare import FieldStats
+
+FIELDS = ("output", "recurrent_state", "conv_state")  # the fields of a check, in order
 
 
 def process_fields() -> dict[str, Any]:

@@ -1,0 +1,61 @@
+"""The checker's field statistics are those of harness/bits.py's compare."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_gdn_invariant.harness.bits import compare, ulp_distance
+from vllm_gdn_invariant.shadow.compare import summarize
+
+
+def pair(dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(64, 33, generator=g).to(dtype)
+    b = a.clone()
+    flat = b.view(-1)
+    steps = torch.randint(-40, 40, (200,), generator=g)
+    where = torch.randperm(flat.numel(), generator=g)[:200]
+    bits = flat.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[dtype])
+    bits[where] += steps.to(bits.dtype)  # 0 to 40 ULPs away
+    flat[0], a.view(-1)[0] = 0.0, -0.0  # +0 against -0: differ in bits, 0 ULPs
+    flat[1] = float("nan")  # NaN on one side
+    flat[2], a.view(-1)[2] = float("inf"), float("inf")
+    return b, a
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_statistics_equal_bits_compare(dtype):
+    served, reference = pair(dtype, 1)
+    stats = summarize({"output": (served, reference)})["output"]
+    want = compare(served, reference)
+    assert stats.compared == want["total_elements"]
+    assert stats.differing == want["elements_differing"]
+    assert stats.max_abs_diff == want["max_abs_diff"]
+    assert stats.nan_mismatches == want["nan_mismatches"] == 1
+    assert stats.ulp_histogram == want["ulp_histogram"]
+    assert (
+        stats.max_ulp == int(ulp_distance(served, reference).max()) == torch.iinfo(torch.int64).max
+    )
+
+
+def test_equal_tensors_give_zeros_for_every_field():
+    x = torch.randn(4, 8)
+    stats = summarize({"a": (x, x.clone()), "b": (x.bfloat16(), x.bfloat16())})
+    for s in stats.values():
+        assert (s.differing, s.max_ulp, s.max_abs_diff, s.nan_mismatches) == (0, 0, 0.0, 0)
+        assert s.ulp_histogram["0"] == s.compared
+
+
+def test_fields_are_kept_apart():
+    x = torch.zeros(10)
+    y = x.clone()
+    y[3] = torch.finfo(torch.float32).tiny  # far from 0 in ULPs, one element
+    stats = summarize({"same": (x, x.clone()), "one": (y, x)})
+    assert stats["same"].differing == 0
+    assert stats["one"].differing == 1 and stats["one"].ulp_histogram[">16"] == 1
+
+
+def test_mismatched_shapes_are_refused():
+    with pytest.raises(ValueError, match="differ in dtype or shape"):
+        summarize({"x": (torch.zeros(3), torch.zeros(4))})
