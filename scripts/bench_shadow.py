@@ -1,0 +1,297 @@
+"""The shadow checker's overhead on decode steps: shadow off, at rate 1/64 and at 1.0.
+
+    python scripts/bench_shadow.py --out bench_shadow.json            # layer level (CUDA)
+    python scripts/bench_shadow.py --engine --out bench_shadow.json   # vLLM's engine
+
+Layer level (needs CUDA and vLLM's Triton kernels): a GDN layer of vLLM's class with Qwen3-Next
+head counts (H=16, HV=32, K=V=128, harness/layer.py), decode-only steps of 64 and 256 rows,
+fp32 and bf16 state, the routing patch and the shadow wrappers installed. Each step is one
+``_forward_core`` call with its own forward context (so the sampler draws per step). Arms:
+``off`` (vLLM's method under the routing patch, no wrapper), ``1/64`` and ``1`` (the wrapper
+with a checker at that rate, default caps, reference golden, JSONL written, metrics
+exported). ``ROUNDS`` rounds alternate the arms; each times ``--steps`` steps between device
+synchronizations; the median over rounds of the mean step time is reported, with the ratio to
+``off``. It also reports the device memory a checked step adds (peak minus before).
+
+Engine level (``--engine``): vLLM's ``LLM`` in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
+with the plugin and the shadow checker on, on a model folder (default: a Qwen3-Next of 8
+layers with Qwen3-Next's GDN head counts and dummy weights), ``--batch`` one-word prompts
+decoding ``--max-tokens`` tokens; rounds alternate the arms by taking the shadow wrappers
+off and putting them back with a checker of that rate. The step time is the round's wall
+time over the tokens per request. CUDA graphs: decode-only steps in FULL graphs never run
+the Python hook, so the engine runs with ``cudagraph_mode=PIECEWISE`` (``--eager``: no graphs).
+
+Writes JSON with provenance (harness/provenance.py) and prints the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
+
+from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
+from vllm_gdn_invariant.shadow import checker as checker_module  # noqa: E402
+from vllm_gdn_invariant.shadow.config import parse_shadow  # noqa: E402
+from vllm_gdn_invariant.shadow.metrics import ShadowMetrics  # noqa: E402
+
+ARMS = ("off", "1/64", "1")
+ROUNDS = 5
+LAYER_CASES = [
+    (64, torch.float32),
+    (256, torch.float32),
+    (64, torch.bfloat16),
+    (256, torch.bfloat16),
+]
+ENGINE_MODEL = {  # Qwen3-Next's GDN head counts and dims, 8 layers, small MoE
+    "hidden_size": 2048,
+    "num_hidden_layers": 8,
+    "full_attention_interval": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "num_experts": 16,
+    "num_experts_per_tok": 4,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "intermediate_size": 5120,
+}
+
+
+def make_checker(rate: str, folder: Path) -> checker_module.ShadowChecker:
+    config = parse_shadow(f"{rate},ref=golden,out={folder}/bench_shadow.jsonl")
+    return checker_module.ShadowChecker(config, "route", metrics=ShadowMetrics(str(folder)))
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def summarize(samples: dict[str, list[float]]) -> dict:
+    medians = {arm: statistics.median(v) for arm, v in samples.items()}
+    return {
+        "step_us": {arm: round(m, 1) for arm, m in medians.items()},
+        "rounds_us": {arm: [round(x, 1) for x in v] for arm, v in samples.items()},
+        "ratio_to_off": {arm: round(medians[arm] / medians["off"], 4) for arm in samples},
+    }
+
+
+# layer level
+
+
+def bench_layer_case(decodes: int, state_dtype: torch.dtype, steps: int, folder: Path) -> dict:
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
+
+    from vllm_gdn_invariant.harness.layer import (
+        PREFIX,
+        QWEN3_NEXT_DIMS,
+        build_metadata,
+        make_layer,
+        make_layer_state,
+        make_vllm_config,
+        step_inputs,
+        step_requests,
+    )
+    from vllm_gdn_invariant.patches import routed_forward_core
+
+    device = torch.device("cuda")
+    dims = QWEN3_NEXT_DIMS
+    vllm_config = make_vllm_config(dims, state_dtype)
+    g = torch.Generator().manual_seed(decodes)
+    requests = step_requests(decodes, [], False)
+    state = make_layer_state(dims, state_dtype, decodes + 2, device, g)
+    x, b, a = step_inputs(dims, decodes, device, g)
+    layer = make_layer(vllm_config, dims, state, gqa_interleaved_layout=True)
+    meta = build_metadata(vllm_config, requests, device)
+    out = torch.empty(
+        decodes, dims.num_v_heads, dims.head_v_dim, dtype=torch.bfloat16, device=device
+    )
+    wrapper = type(layer).__dict__["_forward_core"]
+    served = wrapper.__wrapped__
+    checkers = {arm: make_checker(arm, folder) for arm in ARMS if arm != "off"}
+
+    def context():
+        return types.SimpleNamespace(attn_metadata={PREFIX: meta})
+
+    def run(arm: str) -> float:
+        function = served if arm == "off" else wrapper
+        checker_module.install(checkers.get(arm))
+        sync()
+        start = time.perf_counter()
+        for _ in range(steps):
+            function(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
+        sync()
+        return (time.perf_counter() - start) / steps * 1e6
+
+    with (
+        set_current_vllm_config(vllm_config),
+        mock.patch.object(qwen, "get_forward_context", side_effect=context),
+        mock.patch.object(routed_forward_core, "get_forward_context", side_effect=context),
+    ):
+        for arm in ARMS:  # warm up: Triton compiles, the goldens' first launches
+            run(arm)
+        samples = {arm: [] for arm in ARMS}
+        for _ in range(ROUNDS):
+            for arm in ARMS:
+                samples[arm].append(run(arm))
+        checker_module.install(make_checker("1", folder))
+        sync()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
+        sync()
+        peak_extra = torch.cuda.max_memory_allocated() - before
+        snapshot = checker_module.active_checker().stats.max_snapshot_bytes
+    checker_module.install(None)
+    result = {
+        "level": "layer",
+        "decodes": decodes,
+        "state_dtype": str(state_dtype).removeprefix("torch."),
+        "steps_per_round": steps,
+        "rows_checked_at_1": min(decodes, checkers["1"].config.max_rows),
+        "sampled_steps": {arm: c.sampler.sampled_steps for arm, c in checkers.items()},
+        "steps_drawn": {arm: c.sampler.steps for arm, c in checkers.items()},
+        "checked_step_extra_device_bytes": peak_extra,
+        "checked_step_snapshot_bytes": snapshot,
+        **summarize(samples),
+    }
+    return result
+
+
+def bench_layer(args: argparse.Namespace, folder: Path) -> list[dict]:
+    from vllm_gdn_invariant.patches import apply_all, routing_patch
+    from vllm_gdn_invariant.patches.shadow import shadow_patches
+    from vllm_gdn_invariant.shadow import metrics
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_shadow: the layer level needs CUDA (or use --engine)")
+    patches = [routing_patch(), *shadow_patches()]
+    with mock.patch.object(metrics, "setup_process", lambda: None):
+        apply_all(patches)
+    results = []
+    try:
+        for decodes, state_dtype in LAYER_CASES:
+            results.append(bench_layer_case(decodes, state_dtype, args.steps, folder))
+            print_result(results[-1])
+    finally:
+        for patch in reversed(patches):
+            patch.revert()
+    return results
+
+
+# engine level
+
+
+def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the model runs in this process
+    os.environ["VLLM_PLUGINS"] = "gdn_invariant"
+    os.environ["VLLM_GDN_INVARIANT_SHADOW"] = f"1,ref=golden,out={folder}/engine.jsonl"
+    from vllm import LLM, SamplingParams
+
+    from vllm_gdn_invariant.models.tiny import words, write_tiny_model
+    from vllm_gdn_invariant.plugin.entry import registered_status
+
+    model = args.model or str(write_tiny_model(folder / "model", **ENGINE_MODEL))
+    options = (
+        {"enforce_eager": True}
+        if args.eager
+        else {"compilation_config": {"cudagraph_mode": "PIECEWISE"}}
+    )
+    llm = LLM(
+        model=model,
+        load_format="dummy",
+        max_model_len=args.max_tokens + 16,
+        max_num_seqs=args.batch,
+        enable_prefix_caching=False,
+        gpu_memory_utilization=0.5 if torch.cuda.is_available() else 0.2,
+        seed=0,
+        **options,
+    )
+    status = registered_status()
+    wrappers = [p for p in status.patches if p.name.endswith("(shadow)")]
+    assert status.applied and wrappers, status.summary()
+    prompts = [words(1, start=i) for i in range(args.batch)]
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
+
+    def run(arm: str) -> float:
+        for patch in wrappers:
+            if arm == "off" and patch.applied:
+                patch.revert()
+            elif arm != "off" and not patch.applied:
+                patch.apply()
+        checker_module.install(None if arm == "off" else make_checker(arm, folder))
+        start = time.perf_counter()
+        llm.generate(prompts, params, use_tqdm=False)
+        return (time.perf_counter() - start) / args.max_tokens * 1e6
+
+    for arm in ARMS:
+        run(arm)  # warm up
+    samples = {arm: [] for arm in ARMS}
+    for _ in range(ROUNDS):
+        for arm in ARMS:
+            samples[arm].append(run(arm))
+    result = {
+        "level": "engine",
+        "model": model if args.model else {"tiny qwen3-next": ENGINE_MODEL},
+        "batch": args.batch,
+        "max_tokens": args.max_tokens,
+        "cuda_graphs": "none (enforce_eager)" if args.eager else "PIECEWISE",
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        **summarize(samples),
+    }
+    print_result(result)
+    return [result]
+
+
+def print_result(r: dict) -> None:
+    what = (
+        f"layer {r['decodes']} rows {r['state_dtype']}"
+        if r["level"] == "layer"
+        else f"engine batch {r['batch']}"
+    )
+    steps = " ".join(f"{arm}={us}us" for arm, us in r["step_us"].items())
+    ratios = " ".join(f"{arm}: {x}" for arm, x in r["ratio_to_off"].items() if arm != "off")
+    print(f"{what:<28} {steps}  ratio to off: {ratios}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path, help="JSON file to write")
+    parser.add_argument("--engine", action="store_true", help="measure in vLLM's engine")
+    parser.add_argument("--steps", type=int, default=256, help="layer: steps per round and arm")
+    parser.add_argument("--model", help="engine: a model folder (dummy weights)")
+    parser.add_argument("--batch", type=int, default=64, help="engine: requests per round")
+    parser.add_argument("--max-tokens", type=int, default=128, help="engine: tokens per request")
+    parser.add_argument("--eager", action="store_true", help="engine: no CUDA graphs")
+    args = parser.parse_args(argv)
+    folder = Path(tempfile.mkdtemp(prefix="bench_shadow_"))
+    results = bench_engine(args, folder) if args.engine else bench_layer(args, folder)
+    args.out.write_text(
+        json.dumps(
+            {"provenance": provenance(arms=list(ARMS), rounds=ROUNDS), "results": results}, indent=1
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
