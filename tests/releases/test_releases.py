@@ -23,6 +23,13 @@ SUITE = (
     "tests/releases/test_release_identity.py",
     "tests/routing/test_routing_cpu.py",
     "tests/routing/test_checkpoint_routing.py",
+    "tests/batch_invariance/test_selector.py",
+    "tests/batch_invariance/test_prefill_backend.py",
+    "tests/batch_invariance/test_ssm_state.py",
+    "tests/batch_invariance/test_chunk_grid.py",
+    "tests/batch_invariance/test_align_block.py",
+    "tests/batch_invariance/test_gated_norm.py",
+    "tests/batch_invariance/test_packed_decode_tile.py",
 )
 
 
