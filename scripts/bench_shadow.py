@@ -49,6 +49,7 @@ from vllm_gdn_invariant.shadow.config import parse_shadow  # noqa: E402
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics  # noqa: E402
 
 ARMS = ("off", "1/64", "1")
+CUDA = torch.device("cuda")
 ROUNDS = 5
 LAYER_CASES = [
     (64, torch.float32),
@@ -97,7 +98,14 @@ def summarize(samples: dict[str, list[float]]) -> dict:
 # layer level
 
 
-def bench_layer_case(decodes: int, state_dtype: torch.dtype, steps: int, folder: Path) -> dict:
+def bench_layer_case(
+    decodes: int,
+    state_dtype: torch.dtype,
+    steps: int,
+    folder: Path,
+    device: torch.device = CUDA,
+    dims: object = None,
+) -> dict:
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
@@ -113,8 +121,7 @@ def bench_layer_case(decodes: int, state_dtype: torch.dtype, steps: int, folder:
     )
     from vllm_gdn_invariant.patches import routed_forward_core
 
-    device = torch.device("cuda")
-    dims = QWEN3_NEXT_DIMS
+    dims = QWEN3_NEXT_DIMS if dims is None else dims
     vllm_config = make_vllm_config(dims, state_dtype)
     g = torch.Generator().manual_seed(decodes)
     requests = step_requests(decodes, [], False)
@@ -153,14 +160,17 @@ def bench_layer_case(decodes: int, state_dtype: torch.dtype, steps: int, folder:
         for _ in range(ROUNDS):
             for arm in ARMS:
                 samples[arm].append(run(arm))
-        checker_module.install(make_checker("1", folder))
+        checker = make_checker("1", folder)
+        checker_module.install(checker)
         sync()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() if cuda else 0
         wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
         sync()
-        peak_extra = torch.cuda.max_memory_allocated() - before
-        snapshot = checker_module.active_checker().stats.max_snapshot_bytes
+        peak_extra = torch.cuda.max_memory_allocated() - before if cuda else None
+        snapshot = checker.stats.max_snapshot_bytes
     checker_module.install(None)
     result = {
         "level": "layer",
