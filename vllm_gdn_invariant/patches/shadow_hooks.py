@@ -32,7 +32,7 @@ from vllm.model_executor.layers.mamba.ops.cpu import gdn_attention as cpu_gdn
 from vllm_gdn_invariant.patches import routed_forward_core as routing
 from vllm_gdn_invariant.patches.shadow import vllm_own
 from vllm_gdn_invariant.shadow import metrics
-from vllm_gdn_invariant.shadow.checker import Site, active_checker
+from vllm_gdn_invariant.shadow.checker import Probe, Site, active_checker
 from vllm_gdn_invariant.shadow.reference import GoldenParams, StateLayout
 
 GOLDEN_MODE = "golden"
@@ -74,16 +74,18 @@ def cuda_decode_call(
     decode(view, mixed_qkv=mixed_qkv, b=b, a=a, core_attn_out=out, attn_metadata=metadata)
 
 
-def cuda_site(served: Any, layer: Any, mode: str) -> Site | None:
+def cuda_probe(layer: Any) -> Probe | None:
     forward_context = qwen.get_forward_context()
     attn_metadata = layer_metadata(forward_context, layer)
-    if attn_metadata is None:
-        return None
+    return None if attn_metadata is None else Probe(forward_context, layer, attn_metadata)
+
+
+def cuda_site(served: Any, probe: Probe, mode: str) -> Site:
+    layer, attn_metadata = probe.layer, probe.attn_metadata
     kv_cache = layer.kv_cache
     return Site(
         layer=layer,
         attn_metadata=attn_metadata,
-        step_key=forward_context,
         conv_cache=kv_cache[0],
         ssm_cache=kv_cache[1],
         layout=StateLayout(conv_dim_first=mamba_utils.is_conv_state_dim_first()),
@@ -106,19 +108,25 @@ def shadow_forward_core(
     if checker is None:
         return serve()
     return checker.run(
-        lambda: cuda_site(served, self, checker.mode), mixed_qkv, b, a, core_attn_out, serve
+        lambda: cuda_probe(self),
+        lambda probe: cuda_site(served, probe, checker.mode),
+        mixed_qkv,
+        b,
+        a,
+        core_attn_out,
+        serve,
     )
 
 
-def cpu_site(served: Any, layer: Any, attn_metadata: Any, mode: str) -> Site:
+def cpu_site(served: Any, probe: Probe, mode: str) -> Site:
     def decode_call(view, metadata, mixed_qkv, b, a, out) -> None:
         vllm_own(served)(view, metadata, mixed_qkv, b, a, out)
 
+    layer, attn_metadata = probe.layer, probe.attn_metadata
     kv_cache = layer.kv_cache
     return Site(
         layer=layer,
         attn_metadata=attn_metadata,
-        step_key=cpu_gdn.get_forward_context(),
         conv_cache=kv_cache[0],
         ssm_cache=kv_cache[1],
         layout=StateLayout(
@@ -149,7 +157,8 @@ def shadow_cpu_gdn_attention_nonspec(
     if checker is None:
         return serve()
     return checker.run(
-        lambda: cpu_site(served, layer, attn_metadata_i, checker.mode),
+        lambda: Probe(cpu_gdn.get_forward_context(), layer, attn_metadata_i),
+        lambda probe: cpu_site(served, probe, checker.mode),
         mixed_qkv,
         b,
         a,

@@ -1,8 +1,9 @@
 """The shadow checker: snapshot sampled decode rows, let the step run, recompute, compare.
 
 A hook (patches/shadow_hooks.py) calls :meth:`ShadowChecker.run` around the serving call of
-one GDN layer in one step, with a factory of the :class:`Site` it sees (the layer, its
-metadata, caches and storage layout, what serves the rows, how to call the references).
+one GDN layer in one step, with a :class:`Probe` of the step (run in every step: the step's
+identity, the layer, its metadata) and a factory of the :class:`Site` (run only in checked
+steps: caches and their storage layout, what serves the rows, how to call the references).
 ``run`` then:
 
 1. draws the step's rows (sampling.py) and copies their inputs and state blocks
@@ -56,13 +57,21 @@ logger = init_logger("vllm.gdn_invariant.shadow")
 STAGES = ("setup", "snapshot", "reference", "compare", "record", "metrics")
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What a hook finds cheaply in every step: the step, the layer and its metadata."""
+
+    step_key: object  # the same object for every layer of a step
+    layer: Any
+    attn_metadata: Any
+
+
 @dataclass
 class Site:
-    """What a hook sees of one layer in one step."""
+    """What a hook sees of one layer in a checked step."""
 
     layer: Any
     attn_metadata: Any
-    step_key: object  # the same object for every layer of a step
     conv_cache: Tensor  # storage layout
     ssm_cache: Tensor  # storage layout
     layout: StateLayout
@@ -122,22 +131,25 @@ class ShadowChecker:
         self.writer = writer if writer is not None else JsonlWriter(config.path_for)
         self.stats = ShadowStats()
         self._logged: set[str] = set()
+        self._row_bytes: dict[str, int] = {}  # by layer: a layer's shapes do not change
 
     # the hook's entry point
 
     def run(
         self,
-        make_site: Callable[[], Site | None],
+        probe: Callable[[], Probe | None],
+        make_site: Callable[[Probe], Site],
         mixed_qkv: Tensor,
         b: Tensor,
         a: Tensor,
         core_attn_out: Tensor,
         serve: Callable[[], Any],
     ) -> Any:
-        """Serve the step with ``serve()``; check the sampled rows around it."""
+        """Serve the step with ``serve()``; check the sampled rows around it. ``probe`` runs in
+        every step, ``make_site`` only in checked ones."""
         pending = None
         try:
-            pending = self.prepare(make_site, mixed_qkv, b, a)
+            pending = self.prepare(probe, make_site, mixed_qkv, b, a)
         except Exception as exc:  # noqa: BLE001 - never fail the step
             self.failed("snapshot", exc)
         result = serve()
@@ -146,15 +158,20 @@ class ShadowChecker:
         return result
 
     def prepare(
-        self, make_site: Callable[[], Site | None], mixed_qkv: Tensor, b: Tensor, a: Tensor
+        self,
+        probe: Callable[[], Probe | None],
+        make_site: Callable[[Probe], Site],
+        mixed_qkv: Tensor,
+        b: Tensor,
+        a: Tensor,
     ) -> Pending | None:
         """Draw the rows and snapshot them; None when this layer's step is not checked."""
         if capturing():
             return None
-        site = make_site()
-        if site is None:
+        found = probe()
+        if found is None:
             return None
-        metadata = site.attn_metadata
+        metadata = found.attn_metadata
         num_decodes = metadata.num_decodes
         if (
             not num_decodes
@@ -162,7 +179,11 @@ class ShadowChecker:
             or metadata.num_decode_tokens != num_decodes
         ):
             return None
-        per_row = row_bytes(site.conv_cache, site.ssm_cache, mixed_qkv, b, a)
+        per_row = self._row_bytes.get(found.layer.prefix)
+        if per_row is None:
+            kv_cache = found.layer.kv_cache
+            per_row = row_bytes(kv_cache[0], kv_cache[1], mixed_qkv, b, a)
+            self._row_bytes[found.layer.prefix] = per_row
         limit = min(self.config.max_rows, self.config.max_bytes // per_row)
         if limit < 1:
             self.stats.skipped_memory += 1
@@ -172,9 +193,10 @@ class ShadowChecker:
                 f"{self.config.max_mb:g}; no row is checked",
             )
             return None
-        draw = self.sampler.draw(site.step_key, num_decodes, limit)
+        draw = self.sampler.draw(found.step_key, num_decodes, limit)
         if draw is None:
             return None
+        site = make_site(found)
         rows = window(draw.start, min(limit, num_decodes), num_decodes, mixed_qkv.device)
         snapshot = take_snapshot(
             rows,
