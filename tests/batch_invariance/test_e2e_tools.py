@@ -1,0 +1,142 @@
+"""The end-to-end tools on CPU: bitwise comparison, refusal lines, case matrix, argument
+errors, the plugin site vLLM's loader reads, and the weighted models' checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from vllm_gdn_invariant.e2e import determinism
+from vllm_gdn_invariant.e2e.determinism import Completion, cases_for, compare, root_cause
+from vllm_gdn_invariant.e2e.plugin_site import (
+    CONTROL_WITHOUT_ROUTING,
+    PLUGIN,
+    engine_env,
+    plugin_site,
+)
+from vllm_gdn_invariant.models.weighted import (
+    qwen3_5_config,
+    qwen3_5_weights,
+    qwen3_next_weights,
+    write_weighted_model,
+)
+
+
+def test_compare_is_bitwise_and_finds_the_first_divergence():
+    alone = Completion([5, 6, 7], [-0.5, -1.25, -2.0])
+    assert compare(alone, Completion([5, 6, 7], [-0.5, -1.25, -2.0]))["logprobs_identical"]
+    nudged = Completion([5, 6, 7], [-0.5, float.fromhex("-0x1.4000000000001p+0"), -2.0])
+    result = compare(alone, nudged)  # one ULP at position 1: tokens equal, logprobs not
+    assert result == {"tokens_identical": True, "logprobs_identical": False, "first_divergence": 1}
+    other = compare(alone, Completion([5, 9, 7], [-0.5, -1.25, -2.0]))
+    assert other["first_divergence"] == 1 and not other["tokens_identical"]
+
+
+def test_negative_zero_is_not_zero():
+    result = compare(Completion([1], [0.0]), Completion([1], [-0.0]))
+    assert not result["logprobs_identical"]
+
+
+def test_root_cause_prefers_vllms_batch_invariance_refusal():
+    log = "\n".join(
+        [
+            "(EngineCore pid=1) ERROR ... Traceback",
+            "(EngineCore pid=1) ERROR ... RuntimeError: VLLM batch_invariant mode is not "
+            "supported for GDN_ATTN.",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+        ]
+    )
+    assert root_cause(log) == "VLLM batch_invariant mode is not supported for GDN_ATTN."
+    assert root_cause("x\nValueError: bad block size\n") == "ValueError: bad block size"
+
+
+def test_arms_one_to_three_run_eager_only_and_four_five_in_both_settings():
+    cases = cases_for(["qwen3_next"], [1, 2, 3, 4, 5], ["eager", "default"], 1)
+    assert [(c.arm, c.setting) for c in cases] == [
+        (1, "eager"),
+        (2, "eager"),
+        (3, "eager"),
+        (4, "default"),
+        (4, "eager"),
+        (5, "default"),
+        (5, "eager"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--arms", "1,9"], "--arms: '9' is not one of"),
+        (["--models", "llama"], "--models: 'llama' is not one of"),
+        (["--arms", "1", "--settings", "default"], "no case"),
+        (["--tensor-parallel-size", "0"], "--tensor-parallel-size must be at least 1"),
+    ],
+)
+def test_bad_arguments_exit_2_before_anything_is_written(tmp_path, capsys, argv, words):
+    out = tmp_path / "e2e.json"
+    with pytest.raises(SystemExit) as info:
+        determinism.main(["--out", str(out), *argv])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_vllms_plugin_loader_finds_the_plugin_site(tmp_path):
+    site = plugin_site(tmp_path / "site")
+    env = engine_env(os.environ, [CONTROL_WITHOUT_ROUTING], site)
+    code = (
+        "from vllm.plugins import DEFAULT_PLUGINS_GROUP, load_plugins_by_group; "
+        "print('LOADED', sorted(load_plugins_by_group(DEFAULT_PLUGINS_GROUP)))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    loaded = [line for line in proc.stdout.splitlines() if line.startswith("LOADED")]
+    assert loaded == [f"LOADED {[CONTROL_WITHOUT_ROUTING]}"], proc.stdout + proc.stderr[-2000:]
+
+
+def test_no_plugin_loads_with_an_empty_plugin_list(tmp_path):
+    env = engine_env(os.environ, [], plugin_site(tmp_path / "site"))
+    assert env["VLLM_PLUGINS"] == ""
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "site")
+    assert engine_env(os.environ, [PLUGIN], None)["VLLM_PLUGINS"] == PLUGIN
+
+
+def test_qwen3_5_checkpoint_names_and_shapes_are_the_hugging_face_ones():
+    transformers = pytest.importorskip("transformers")
+    config = qwen3_5_config()
+    hf_config = transformers.Qwen3_5Config(
+        text_config=config["text_config"], vision_config=config["vision_config"]
+    )
+    with torch.device("meta"):
+        model = transformers.Qwen3_5ForConditionalGeneration(hf_config)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items() if "visual" not in k}
+    ours = {k: tuple(v.shape) for k, v in qwen3_5_weights(config["text_config"], 0).items()}
+    assert ours == expected
+
+
+def test_weights_are_seeded_and_greedy_relevant(tmp_path):
+    from vllm_gdn_invariant.models.weighted import QWEN3_NEXT_E2E
+
+    a = qwen3_next_weights(QWEN3_NEXT_E2E, seed=0)
+    b = qwen3_next_weights(QWEN3_NEXT_E2E, seed=0)
+    c = qwen3_next_weights(QWEN3_NEXT_E2E, seed=1)
+    name = "model.layers.0.linear_attn.in_proj_qkvz.weight"
+    assert torch.equal(a[name], b[name]) and not torch.equal(a[name], c[name])
+    assert a[name].abs().max() > 0.1  # not vLLM's dummy range (±1e-3)
+    assert len([k for k in a if ".mlp.experts." in k]) == 4 * 16 * 3
+    folder = write_weighted_model(tmp_path / "m", "qwen3_next", seed=0)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3NextForCausalLM"] and config["num_experts"] == 16
+    assert (folder / "model.safetensors").stat().st_size > 1_000_000
+
+
+def test_unknown_model_is_refused_before_writing(tmp_path):
+    with pytest.raises(ValueError, match="qwen3_next, qwen3_5"):
+        write_weighted_model(tmp_path / "m", "llama")
+    assert not (tmp_path / "m").exists()

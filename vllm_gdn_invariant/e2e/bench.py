@@ -1,0 +1,389 @@
+"""Engine benchmark: throughput and inter-token latency, arms alternating in one run.
+
+Three engines live side by side on the GPU, each in its own process (the plugin patches the
+process it loads in): ``vllm`` (vLLM alone, batch-invariant mode off), ``route`` (the plugin,
+mode route, batch-invariant mode off) and ``bi`` (the plugin with ``VLLM_BATCH_INVARIANT=1``).
+They run the same workloads in rounds, the order rotating every round, so that every arm
+sees the same machine conditions; medians over rounds are reported with the ratios
+``route / vllm`` (target >= 0.99 in throughput) and ``bi / vllm`` (target: overhead below
+SGLang's reported 34 %).
+
+Workloads, per arm and round:
+
+* ``throughput``: 128 prompts of 64 to 1024 tokens, 128 new tokens each, all at once
+  (chunked prefill, mixed steps, then decode); output and total tokens per second.
+* ``prefill``: the same prompts, 1 new token: the prefill share of ``throughput``.
+* ``itl``: 32 prompts of 64 tokens; inter-token latency = (time for 257 new tokens - time
+  for 1) / 256, decode-only steps at batch 32.
+
+The model has Qwen3-Next's GDN dimensions per layer (16 key heads, 32 value heads, 128-dim
+heads, 4-wide conv) with fewer layers and experts (``BENCH_MODEL``), and dummy weights: the
+time goes to the same kernels as the full model's GDN layers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from vllm_gdn_invariant.e2e.determinism import root_cause
+from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site
+from vllm_gdn_invariant.models.tiny import TINY_QWEN3_NEXT, words, write_tiny_model
+
+PROTOCOL = "GDNBENCH "
+BENCH_MODEL: dict[str, Any] = {
+    **TINY_QWEN3_NEXT,
+    "vocab_size": 32768,
+    "hidden_size": 2048,
+    "num_hidden_layers": 8,
+    "full_attention_interval": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "intermediate_size": 5120,
+    "max_position_embeddings": 4096,
+}
+ARMS = {
+    "vllm": {"plugins": [], "batch_invariant": False},
+    "route": {"plugins": [PLUGIN], "batch_invariant": False},
+    "bi": {"plugins": [PLUGIN], "batch_invariant": True},
+}
+THROUGHPUT_PROMPTS = 128
+THROUGHPUT_NEW_TOKENS = 128
+ITL_PROMPTS = 32
+ITL_NEW_TOKENS = 256
+
+
+def throughput_prompts() -> list[str]:
+    lengths = [64 + (i * 379) % 961 for i in range(THROUGHPUT_PROMPTS)]  # 64..1024
+    return [words(n, start=13 * i) for i, n in enumerate(lengths)]
+
+
+# --- an engine, in its own process --------------------------------------------------------
+
+
+def serve(spec: dict[str, Any]) -> None:
+    """Start the engine, say READY, then run the workloads the parent sends on stdin."""
+    from vllm import LLM, SamplingParams
+
+    def say(kind: str, payload: dict[str, Any]) -> None:
+        print(PROTOCOL + kind + " " + json.dumps(payload), flush=True)
+
+    started = time.monotonic()
+    kwargs: dict[str, Any] = dict(
+        model=spec["model_dir"],
+        load_format="dummy",
+        tensor_parallel_size=spec["tensor_parallel_size"],
+        max_model_len=2048,
+        enforce_eager=not spec["cuda_graphs"],
+        enable_prefix_caching=False,
+        gpu_memory_utilization=spec["gpu_memory_utilization"],
+        seed=0,
+        logprobs_mode="processed_logprobs",
+    )
+    if spec.get("kv_cache_memory_bytes"):
+        kwargs["kv_cache_memory_bytes"] = spec["kv_cache_memory_bytes"]
+    if spec.get("attention_backend"):
+        kwargs["attention_backend"] = spec["attention_backend"]
+    if spec.get("prefill_backend"):
+        kwargs["additional_config"] = {"gdn_prefill_backend": spec["prefill_backend"]}
+    try:
+        llm = LLM(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        say("FAILED", {"error": f"{type(exc).__name__}: {exc}"})
+        return
+    say("READY", {"start_seconds": round(time.monotonic() - started, 1)})
+    scale = spec.get("scale", 1)  # --tiny: a CPU smoke run of the same protocol
+    long_prompts = throughput_prompts()[: THROUGHPUT_PROMPTS // scale]
+    short_prompts = [words(64, start=7 * i) for i in range(ITL_PROMPTS // scale)]
+    new_tokens, itl_tokens = THROUGHPUT_NEW_TOKENS // scale, ITL_NEW_TOKENS // scale
+
+    def timed(prompts: list[str], new_tokens: int) -> tuple[float, int]:
+        params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+        t0 = time.perf_counter()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        seconds = time.perf_counter() - t0
+        return seconds, sum(len(o.outputs[0].token_ids) for o in outputs)
+
+    timed(short_prompts[:4], 8)  # warm-up
+    for line in sys.stdin:
+        op = line.strip()
+        if op == "quit":
+            break
+        if op == "throughput":
+            seconds, new = timed(long_prompts, new_tokens)
+            total = new + sum(len(p.split()) for p in long_prompts)
+            rates = {"output_tok_s": new / seconds, "total_tok_s": total / seconds}
+            say(op, {"seconds": seconds, **rates})
+        elif op == "prefill":
+            seconds, _ = timed(long_prompts, 1)
+            say(op, {"seconds": seconds})
+        elif op == "itl":
+            first, _ = timed(short_prompts, 1)
+            full, _ = timed(short_prompts, itl_tokens + 1)
+            say(op, {"itl_ms": 1000 * (full - first) / itl_tokens, "seconds": full})
+        else:
+            say("FAILED", {"error": f"unknown op {op!r}"})
+
+
+# --- the parent -----------------------------------------------------------------------------
+
+
+class Engine:
+    """One arm's engine process and its protocol lines."""
+
+    def __init__(self, arm: str, spec: dict[str, Any], site: Path, log: Path) -> None:
+        self.arm = arm
+        env = engine_env(os.environ, ARMS[arm]["plugins"], site)
+        env["VLLM_BATCH_INVARIANT"] = "1" if ARMS[arm]["batch_invariant"] else "0"
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vllm_gdn_invariant.e2e.bench", "--serve", json.dumps(spec)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        self.lines: list[tuple[str, dict[str, Any]]] = []
+        self.other: list[str] = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self.cond:
+                if line.startswith(PROTOCOL):
+                    kind, _, payload = line[len(PROTOCOL) :].partition(" ")
+                    self.lines.append((kind, json.loads(payload)))
+                else:
+                    self.other.append(line.rstrip())
+                self.cond.notify_all()
+        with self.cond:
+            self.lines.append(("EXIT", {"returncode": self.proc.wait()}))
+            self.cond.notify_all()
+
+    def wait_for(self, kinds: set[str], timeout: float) -> tuple[str, dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for i, (kind, payload) in enumerate(self.lines):
+                    if kind in kinds or kind in ("FAILED", "EXIT"):
+                        del self.lines[i]
+                        return kind, payload
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "TIMEOUT", {"error": f"no answer in {timeout:.0f} s"}
+                self.cond.wait(left)
+
+    def ask(self, op: str, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(op + "\n")
+        self.proc.stdin.flush()
+        kind, payload = self.wait_for({op}, timeout)
+        if kind != op:
+            raise RuntimeError(f"{self.arm}: {kind} {payload}")
+        return payload
+
+    def plugin_lines(self) -> list[str]:
+        """The plugin's one-line reports of this engine's processes."""
+        lines = [*self.other, *Path(self.log.name).read_text(errors="replace").splitlines()]
+        return [line.strip() for line in lines if "gdn_invariant" in line and "[pid" in line][:6]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self.log.close()
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Medians per arm and the ratios to vLLM alone."""
+    per_arm: dict[str, dict[str, float]] = {}
+    for arm in ARMS:
+        done = [r[arm] for r in rounds if arm in r]
+        if not done:
+            continue
+        per_arm[arm] = {
+            "output_tok_s": median([d["throughput"]["output_tok_s"] for d in done]),
+            "total_tok_s": median([d["throughput"]["total_tok_s"] for d in done]),
+            "throughput_seconds": median([d["throughput"]["seconds"] for d in done]),
+            "prefill_seconds": median([d["prefill"]["seconds"] for d in done]),
+            "itl_ms": median([d["itl"]["itl_ms"] for d in done]),
+        }
+    ratios: dict[str, Any] = {}
+    base = per_arm.get("vllm")
+    for arm in ("route", "bi"):
+        if base is None or arm not in per_arm:
+            continue
+        m = per_arm[arm]
+        ratios[arm] = {
+            "throughput_vs_vllm": m["output_tok_s"] / base["output_tok_s"],
+            "prefill_time_vs_vllm": m["prefill_seconds"] / base["prefill_seconds"],
+            "itl_vs_vllm": m["itl_ms"] / base["itl_ms"],
+        }
+    targets = {}
+    if "route" in ratios:
+        targets["route_throughput_at_least_0.99x"] = ratios["route"]["throughput_vs_vllm"] >= 0.99
+    if "bi" in ratios:
+        overhead = 1 / ratios["bi"]["throughput_vs_vllm"] - 1
+        ratios["bi"]["throughput_overhead"] = overhead
+        ratios["bi"]["itl_overhead"] = ratios["bi"]["itl_vs_vllm"] - 1
+        targets["bi_throughput_overhead_below_34_percent"] = overhead < 0.34
+    return {"medians": per_arm, "ratios": ratios, "targets": targets}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench_engine.py",
+        description="Throughput and inter-token latency of vLLM alone, the plugin (route) and "
+        "the plugin with VLLM_BATCH_INVARIANT=1, engines side by side, arms alternating.",
+    )
+    parser.add_argument("--out", type=Path, help="JSON file to write")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--arms", default="vllm,route,bi")
+    parser.add_argument("--eager", action="store_true", help="enforce_eager (no CUDA graphs)")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--attention-backend", default="TRITON_ATTN")
+    parser.add_argument("--prefill-backend", default="triton")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.25)
+    parser.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        default=8.0,
+        help="KV cache per engine (fixed, so that engines starting together size alike)",
+    )
+    parser.add_argument(
+        "--start",
+        choices=("concurrent", "sequential"),
+        default="concurrent",
+        help="start the engines together (compiles overlap) or one after another",
+    )
+    parser.add_argument("--start-timeout", type=float, default=420.0)
+    parser.add_argument("--op-timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="the tiny Qwen3-Next and an 8x smaller workload: a smoke run (CPU), not evidence",
+    )
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.serve is not None:
+        serve(json.loads(args.serve))
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
+    if not args.out.parent.is_dir():
+        parser.error(f"--out: folder {args.out.parent} does not exist")
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        parser.error(f"--arms: {', '.join(unknown) or 'empty'}; valid: {', '.join(ARMS)}")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    from vllm_gdn_invariant.harness.provenance import provenance
+
+    work = Path(tempfile.mkdtemp(prefix="gdn_bench_"))
+    site = plugin_site(work / "plugin-site")
+    model = TINY_QWEN3_NEXT if args.tiny else BENCH_MODEL
+    model_dir = write_tiny_model(work / "model", **model)
+    spec = {
+        "scale": 8 if args.tiny else 1,
+        "model_dir": str(model_dir),
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "cuda_graphs": not args.eager,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) or None,
+        "attention_backend": args.attention_backend or None,
+        "prefill_backend": args.prefill_backend or None,
+    }
+    info = provenance(
+        script="scripts/bench_engine.py",
+        model=model,
+        tiny=args.tiny,
+        workloads={
+            "throughput": [THROUGHPUT_PROMPTS, THROUGHPUT_NEW_TOKENS],
+            "itl": [ITL_PROMPTS, ITL_NEW_TOKENS],
+        },
+        engine=spec,
+        vllm_cache_root=os.environ.get("VLLM_CACHE_ROOT"),
+    )
+    report: dict[str, Any] = {"provenance": info, "engines": {}, "rounds": []}
+
+    def write() -> None:
+        args.out.write_text(json.dumps(report, indent=1))
+
+    engines: dict[str, Engine] = {}
+    try:
+        for arm in arms:
+            engines[arm] = Engine(arm, spec, site, work / f"{arm}.log")
+            if args.start == "sequential":
+                kind, payload = engines[arm].wait_for({"READY"}, args.start_timeout)
+                report["engines"][arm] = {"status": kind, **payload}
+        if args.start == "concurrent":
+            for arm, engine in engines.items():
+                kind, payload = engine.wait_for({"READY"}, args.start_timeout)
+                report["engines"][arm] = {"status": kind, **payload}
+        for arm, engine in engines.items():
+            report["engines"][arm]["plugin_log"] = engine.plugin_lines()
+            if report["engines"][arm]["status"] != "READY":
+                log = Path(engine.log.name).read_text(errors="replace")
+                report["engines"][arm]["root_cause"] = root_cause(log)
+        write()
+        ready = [a for a in arms if report["engines"][a]["status"] == "READY"]
+        for r in range(args.rounds):
+            order = ready[r % len(ready) :] + ready[: r % len(ready)] if ready else []
+            done: dict[str, Any] = {"order": order}
+            for arm in order:
+                done[arm] = {
+                    op: engines[arm].ask(op, args.op_timeout)
+                    for op in ("throughput", "prefill", "itl")
+                }
+            report["rounds"].append(done)
+            report["summary"] = summarize(report["rounds"])
+            write()
+            print(f"round {r + 1}: " + json.dumps(report["summary"]["ratios"]), flush=True)
+    finally:
+        for engine in engines.values():
+            engine.stop()
+        write()
+    print(json.dumps(report.get("summary", {}), indent=1))
+    return 0 if len(report["rounds"]) == args.rounds else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
