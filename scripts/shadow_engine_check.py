@@ -1,0 +1,163 @@
+"""The shadow checker in vLLM's engine, with the routing on and off, as JSON with provenance.
+
+    python scripts/shadow_engine_check.py --out shadow_engine.json [--model DIR]
+
+For each arm it runs vLLM's ``LLM`` (in a child process) with the plugin and
+``VLLM_GDN_INVARIANT_SHADOW=1.0,ref=golden+decode``: arm ``route`` (``VLLM_GDN_INVARIANT_MODE=
+route``: mixed steps' decode rows routed) and arm ``off`` (mode off: only the shadow hooks,
+vLLM's own mixed path). The workload is the demo's: requests of 1 to 300 words under a 64-token
+budget, so steps mix decode rows and prefill chunks. On CUDA the engine runs with
+``cudagraph_mode=PIECEWISE`` (a FULL-graph replay runs no Python: the hooks would see mixed
+steps only); on CPU eager.
+
+The report gives, per arm, reference, provider and step kind: checks, checks with a
+difference by field and the max ULP distance by field. Expected: reference ``decode`` 0 for
+providers ``vllm-packed-decode`` and ``routed`` and > 0 (fp32 state) for ``vllm-mixed``;
+reference ``golden`` the provider-agreement distance. Model: ``--model`` (dummy weights), by
+default a Qwen3-Next of 8 layers with Qwen3-Next's GDN head counts (scripts/bench_shadow.py)
+on CUDA and the tiny Qwen3-Next on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
+
+from vllm_gdn_invariant.cli.demo import OTHER_PROMPT_WORDS, TARGET_PROMPT_WORDS  # noqa: E402
+from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
+from vllm_gdn_invariant.shadow.record import FIELDS, read_records  # noqa: E402
+
+SCHEMA = "vllm-gdn-invariant/shadow-engine-check/1"
+ARMS = ("route", "off")
+ENV_PREFIX = "VLLM_GDN_INVARIANT"
+
+
+def child(arm: str, folder: Path, model: str | None, max_tokens: int) -> None:
+    """One arm: vLLM's LLM with the plugin and shadow on; records go to ``folder``."""
+    import torch
+    from vllm import LLM, SamplingParams
+
+    from vllm_gdn_invariant.models.tiny import words, write_tiny_model
+
+    cuda = torch.cuda.is_available()
+    if model is None:
+        if cuda:
+            sys.path.insert(0, str(REPO_ROOT / "scripts"))
+            from bench_shadow import ENGINE_MODEL
+
+            model = str(write_tiny_model(folder / "model", **ENGINE_MODEL))
+        else:
+            model = str(write_tiny_model(folder / "model"))
+    options = (
+        {"compilation_config": {"cudagraph_mode": "PIECEWISE"}} if cuda else {"enforce_eager": True}
+    )
+    llm = LLM(
+        model=model,
+        load_format="dummy",
+        seed=0,
+        max_model_len=1024,
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        enable_prefix_caching=False,
+        gpu_memory_utilization=0.5 if cuda else 0.2,
+        **options,
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    target = words(TARGET_PROMPT_WORDS, start=7)
+    others = [words(n, start=31 * (i + 1)) for i, n in enumerate(OTHER_PROMPT_WORDS)]
+    llm.generate([target], params, use_tqdm=False)
+    llm.generate([others[0], target, *others[1:]], params, use_tqdm=False)
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    groups: dict[tuple, dict] = {}
+    for r in records:
+        if r["kind"] != "check":
+            continue
+        key = (r["reference"], r["provider"], r["step_kind"], r["state_dtype"])
+        g = groups.setdefault(
+            key,
+            {
+                "reference": key[0],
+                "provider": key[1],
+                "step_kind": key[2],
+                "state_dtype": key[3],
+                "checks": 0,
+                "checks_with_difference": dict.fromkeys(FIELDS, 0),
+                "max_ulp": dict.fromkeys(FIELDS, 0),
+                "layers": set(),
+            },
+        )
+        g["checks"] += 1
+        g["layers"].add(r["layer"])
+        for name in FIELDS:
+            g["checks_with_difference"][name] += r[name]["differing"] > 0
+            g["max_ulp"][name] = max(g["max_ulp"][name], r[name]["max_ulp"])
+    out = []
+    for g in groups.values():
+        g["layers"] = len(g["layers"])
+        out.append(g)
+    return sorted(out, key=lambda g: (g["reference"], g["provider"], g["step_kind"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="JSON file to write")
+    parser.add_argument("--model", help="a model folder (dummy weights)")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.folder, args.model, args.max_tokens)
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
+    root = Path(tempfile.mkdtemp(prefix="shadow_engine_"))
+    report = {"schema": SCHEMA, "provenance": provenance(), "arms": {}}
+    for arm in ARMS:
+        folder = root / arm
+        folder.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+        env.update(
+            VLLM_PLUGINS="gdn_invariant",
+            VLLM_GDN_INVARIANT_MODE=arm,
+            VLLM_GDN_INVARIANT_SHADOW=f"1.0,ref=golden+decode,out={folder}/shadow.jsonl",
+        )
+        command = [sys.executable, __file__, "--child", arm, "--folder", str(folder)]
+        command += ["--max-tokens", str(args.max_tokens)]
+        if args.model:
+            command += ["--model", args.model]
+        proc = subprocess.run(command, env=env, capture_output=True, text=True)
+        (root / f"{arm}.log").write_text(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:] + proc.stderr[-5000:], file=sys.stderr)
+            return 1
+        records = [r for p in sorted(folder.glob("shadow.*.jsonl")) for r in read_records(p)]
+        failures = [r for r in records if r["kind"] == "failure"]
+        report["arms"][arm] = {"groups": summarize(records), "failures": failures}
+        for g in report["arms"][arm]["groups"]:
+            print(
+                f"{arm:<6} {g['reference']:<7} {g['provider']:<19} {g['step_kind']:<7} "
+                f"{g['state_dtype']:<9} checks {g['checks']:>4} ({g['layers']} layers)  with diff "
+                + "/".join(str(g["checks_with_difference"][f]) for f in FIELDS)
+                + "  max ULP "
+                + "/".join(str(g["max_ulp"][f]) for f in FIELDS),
+                flush=True,
+            )
+        print(f"{arm:<6} failures: {len(failures)}", flush=True)
+        args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
