@@ -82,35 +82,51 @@ def total(rows: list[dict], key: str) -> str:
 
 
 def table_order(key: tuple) -> tuple:
-    """vLLM version, plugin before patches/, Qwen3-Next heads before TP4, fp32 before bf16."""
-    version, impl, h, _, dtype = key
-    return version, impl != "plugin", -h, dtype != "float32"
+    """vLLM version, plugin before patches/, Triton before FlashInfer, Qwen3-Next heads before
+    TP4, fp32 before bf16."""
+    version, impl, backend, _, h, _, dtype = key
+    return version, impl != "plugin", backend != "triton", -h, dtype != "float32"
 
 
 def summary(path: str) -> str:
-    """The docs/routing.md table: one row per (vLLM, how installed, heads, state dtype)."""
+    """The docs/routing.md table: one row per (vLLM, how installed, prefill backend, mamba
+    cache mode, heads, state dtype)."""
     data = json.load(open(path))
     groups: dict[tuple, dict[bool, list[dict]]] = {}
     for c in data["cases"]:
-        key = (c["vllm"], c["impl"], c["H"], c["HV"], c["state_dtype"])
+        key = (
+            c["vllm"],
+            c["impl"],
+            c.get("prefill_backend", "triton"),
+            c.get("mamba_cache_mode", "none"),
+            c["H"],
+            c["HV"],
+            c["state_dtype"],
+        )
         groups.setdefault(key, {True: [], False: []})[c["plugin"]].append(c)
     lines = []
     for key in sorted(groups, key=table_order):
-        version, impl, h, hv, dtype = key
+        version, impl, backend, mode, h, hv, dtype = key
         routed, upstream = groups[key][True], groups[key][False]
         own = [total(upstream, k) for k in ("out_differ", "state_differ", "following_out_differ")]
         with_diff = sum(
             any(r[k] for k in ("out_differ", "state_differ", "conv_differ")) for r in upstream
         )
+        prefill = [f"prefill_{k}_differ_vs_unpatched" for k in ("out", "state", "conv")]
+        checkpoints = "-"
+        if any("checkpoints" in r for r in routed):
+            checkpoints = (
+                f"{total(routed, 'checkpoints')} / "
+                f"{total(routed, 'prefill_checkpoint_differ_vs_unpatched')}"
+            )
         lines.append(
-            f"| {version} | {'plugin' if impl == 'plugin' else 'patches/'} | {h}/{hv} | "
-            f"{dtype.replace('float32', 'fp32').replace('bfloat16', 'bf16')} | {len(routed)} | "
+            f"| {version} | {'plugin' if impl == 'plugin' else 'patches/'} | {backend} | {mode} | "
+            f"{h}/{hv} | {dtype.replace('float32', 'fp32').replace('bfloat16', 'bf16')} | "
+            f"{len(routed)} | "
             + " / ".join(total(routed, k) for k in COUNTS)
             + " | "
-            + " / ".join(
-                total(routed, f"prefill_{k}_differ_vs_unpatched") for k in ("out", "state", "conv")
-            )
-            + f" | {' / '.join(own)} ({with_diff}) |"
+            + " / ".join(total(routed, k) for k in prefill)
+            + f" | {checkpoints} | {' / '.join(own)} ({with_diff}) |"
         )
     return "\n".join(lines)
 
@@ -120,7 +136,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out")
-    parser.add_argument("--summary", metavar="FILE", help="print the docs table of FILE")
+    parser.add_argument(
+        "--summary", metavar="FILE", nargs="+", help="print the docs table of FILE(s)"
+    )
     parser.add_argument("--patched-file")
     parser.add_argument(
         "--heads", nargs="+", choices=sorted(LAYOUTS), default=sorted(LAYOUTS), help="head layouts"
@@ -146,7 +164,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.summary:
-        print(summary(args.summary))
+        print("\n".join(summary(path) for path in args.summary))
         return 0
     if not args.out:
         parser.error("--out is required")

@@ -1,11 +1,27 @@
-"""docs/routing.md's evidence table is what the committed JSON says."""
+"""docs/routing.md's evidence tables are what the committed JSON says."""
 
 import importlib.util
 import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-EVIDENCE = ROOT / "docs" / "evidence" / "mixed_step_invariance.json"
+EVIDENCE = ROOT / "docs" / "evidence"
+EARLIER = EVIDENCE / "mixed_step_invariance.json"
+RUNS = {  # file: (vLLM, prefill backend, mamba cache mode)
+    "msi_0.26.0_triton.json": ("0.26.0", "triton", "none"),
+    "msi_0.26.0_flashinfer_align.json": ("0.26.0", "flashinfer", "align"),
+    "msi_0.34.0_triton.json": ("0.34.0", "triton", "none"),
+    "msi_0.34.0_flashinfer_align.json": ("0.34.0", "flashinfer", "align"),
+}
+ROUTED_KEYS = (
+    "out_differ",
+    "state_differ",
+    "conv_differ",
+    "following_out_differ",
+    "prefill_out_differ_vs_unpatched",
+    "prefill_state_differ_vs_unpatched",
+    "prefill_conv_differ_vs_unpatched",
+)
 
 
 def load_script():
@@ -17,19 +33,45 @@ def load_script():
     return module
 
 
-def test_routing_doc_holds_every_row_of_the_evidence_summary():
+def test_routing_doc_holds_every_row_of_every_evidence_summary():
     doc = (ROOT / "docs" / "routing.md").read_text()
-    rows = load_script().summary(str(EVIDENCE)).splitlines()
-    assert len(rows) == 16
+    script = load_script()
+    rows = [
+        row
+        for path in (EARLIER, *(EVIDENCE / f for f in RUNS))
+        for row in script.summary(str(path)).splitlines()
+    ]
+    assert len(rows) == 16 + 4 * 4  # earlier: 2 versions x 2 installs x 4; each run: 4
     missing = [row for row in rows if row not in doc]
     assert not missing, missing
 
 
-def test_evidence_routed_rows_are_all_bitwise_equal_and_cover_both_versions_and_installs():
-    cases = json.loads(EVIDENCE.read_text())["cases"]
+def test_each_run_is_the_full_matrix_and_every_routed_case_is_bitwise_equal():
+    for name, (version, backend, mode) in RUNS.items():
+        data = json.loads((EVIDENCE / name).read_text())
+        assert data["provenance"]["complete"] and not data["provenance"]["failures"], name
+        assert data["provenance"]["git_dirty"] is False, name
+        routed = [c for c in data["cases"] if c["plugin"]]
+        assert len(routed) == 56, name  # 7 compositions x 2 layouts x 2 heads x 2 dtypes
+        assert {(c["vllm"], c["prefill_backend"], c["mamba_cache_mode"]) for c in routed} == {
+            (version, backend, mode)
+        }
+        bad = [c for c in routed if any(c[k] for k in ROUTED_KEYS)]
+        bad += [c for c in routed if c["prefill_checkpoint_differ_vs_unpatched"]]
+        assert bad == [], name
+        assert sum(c["state_differ"] for c in data["cases"] if not c["plugin"]) > 0, name
+
+
+def test_flashinfer_checkpoints_were_exported_on_0_34_and_compared():
+    cases = json.loads((EVIDENCE / "msi_0.34.0_flashinfer_align.json").read_text())["cases"]
     routed = [c for c in cases if c["plugin"]]
-    keys = ("out_differ", "state_differ", "conv_differ", "following_out_differ")
-    prefill_keys = [f"prefill_{k}_differ_vs_unpatched" for k in ("out", "state", "conv")]
+    assert sum(c["checkpoint_plan"] for c in routed) > 0
+    assert sum(c["checkpoints"] for c in routed) > 0
+
+
+def test_earlier_evidence_covers_both_versions_and_installs():
+    cases = json.loads(EARLIER.read_text())["cases"]
+    routed = [c for c in cases if c["plugin"]]
     assert {(c["vllm"], c["impl"], c["H"], c["state_dtype"]) for c in routed} == {
         (v, impl, h, dtype)
         for v in ("0.30.0", "0.34.0")
@@ -37,5 +79,4 @@ def test_evidence_routed_rows_are_all_bitwise_equal_and_cover_both_versions_and_
         for h in (16, 4)
         for dtype in ("float32", "bfloat16")
     }
-    assert [c for c in routed if any(c[k] for k in (*keys, *prefill_keys))] == []
-    assert sum(c["state_differ"] for c in cases if not c["plugin"]) > 0
+    assert [c for c in routed if any(c[k] for k in ROUTED_KEYS)] == []
