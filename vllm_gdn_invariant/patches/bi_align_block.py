@@ -4,15 +4,15 @@ GDN model's block size is a multiple of 64 tokens.
 * **Target**: ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py``), which
   sizes the attention block of a hybrid model so that its page holds a mamba state; in align
   mode the mamba block (the prefix-caching granularity of GDN states) is that block size.
-  vLLM rounds it to the attention kernel's alignment (16 tokens on the usual backends), e.g.
-  528 tokens for Qwen3-Next at TP1.
+  vLLM rounds it to the attention kernel's alignment (16 tokens on the usual backends): for
+  Qwen3-Next at TP1 544 tokens with a bfloat16 state, 1056 with a float32 one.
 * **Why**: in align mode prefills are cut at block boundaries and a prefix-cache hit resumes
   a prefill from the state cached at a block boundary. Off the GDN kernels' 64-token grid, a
   resumed or cut prompt would be chunked differently from the same prompt computed in one
   go. Making the grid compatible is cheaper than refusing: when the user did not choose a
   block size, the replacement raises the starting block size to a multiple of 64 before
-  vLLM's sizing, whose result is then a multiple of it (528 becomes 576 for Qwen3-Next at
-  TP1: a few more tokens per page, the same number of mamba states). A block size the user
+  vLLM's sizing, whose result is then a multiple of it (1056 becomes 1088 for Qwen3-Next at
+  TP1 with its float32 state: a few more tokens per page, the same number of mamba states). A block size the user
   chose is kept; the scheduler (``bi_chunk_grid.py``) refuses it at startup, saying why, if it
   is off the grid.
 * **Upstream**: vLLM 0.33+ already aligns the block to 64 tokens when FlashInfer prefill
