@@ -107,7 +107,6 @@ def test_mode_off_patches_nothing():
     "name, value",
     [
         ("VLLM_GDN_INVARIANT_MODE", "fast"),
-        ("VLLM_GDN_INVARIANT_MODE", "golden"),
         ("VLLM_GDN_INVARIANT_SHADOW", "1.5"),
     ],
 )
@@ -239,3 +238,29 @@ def test_a_function_replaced_by_someone_else_is_logged_and_not_patched_over():
     (line,) = plugin_lines(output)
     assert level(line) == "WARNING" and "nothing patched" in line
     assert "not vLLM's own function" in line
+
+
+def test_mode_golden_patches_the_decode_paths_and_says_what_serves_decode_rows():
+    result, output = run_register({"VLLM_GDN_INVARIANT_MODE": "golden"})
+    assert result["error"] is None and result["patched"]
+    (line,) = plugin_lines(output)
+    assert level(line) == "INFO" and "mode=golden" in line
+    assert "_forward_core_decode_non_spec" in line and "_cpu_gdn_attention_nonspec" in line
+    assert "the PyTorch goldens on vLLM's CPU build" in line
+
+
+@pytest.mark.parametrize("strict", ["0", "1"])
+def test_mode_golden_with_packed_decode_off_is_refused_naming_the_flag(strict):
+    env = {
+        "VLLM_GDN_INVARIANT_MODE": "golden",
+        "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE": "0",
+        "VLLM_GDN_INVARIANT_STRICT": strict,
+    }
+    result, output = run_register(env, setup=CUDA)
+    assert not result["patched"]
+    reason = "VLLM_GDN_INVARIANT_MODE=golden needs VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE=1"
+    if strict == "1":
+        assert result["error"].startswith("UnsupportedVllmError: ") and reason in result["error"]
+    else:
+        (line,) = plugin_lines(output)
+        assert level(line) == "WARNING" and reason in line

@@ -40,9 +40,7 @@ LAYER_FORWARD_CPU = SourceTarget(QWEN_GDN_MODULE, "QwenGatedDeltaNetAttention.fo
 CONV_LAYOUT = SourceTarget(
     "vllm.model_executor.layers.mamba.mamba_utils", "is_conv_state_dim_first"
 )
-CPU_CONV_WEIGHT_PACK = SourceTarget(
-    "vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm"
-)
+CPU_UNPACKED_WEIGHT = SourceTarget(CPU_GDN_MODULE, "_unpacked_conv_weight")
 
 IMPLEMENTATION = "vllm_gdn_invariant.patches.golden_decode_step"
 
@@ -62,6 +60,6 @@ def golden_decode_patches() -> list[MethodPatch]:
             replacement=f"{IMPLEMENTATION}:golden_cpu_gdn_attention_nonspec",
             keep_original_as="_cpu_gdn_attention_nonspec_upstream",
             why="mode golden on vLLM's CPU build: decode rows through the PyTorch goldens",
-            relies_on=(CPU_CORE, LAYER_FORWARD_CPU, CPU_CONV_WEIGHT_PACK),
+            relies_on=(CPU_CORE, LAYER_FORWARD_CPU, CPU_UNPACKED_WEIGHT, CONV_LAYOUT),
         ),
     ]

@@ -15,11 +15,7 @@ CPU_GDN_MODULE = "vllm.model_executor.layers.mamba.ops.cpu.gdn_attention"
 
 
 def conv_weight_2d(layer) -> torch.Tensor:
-    """The layer's conv weight as [dim, W]; on vLLM's CPU build the un-packed copy vLLM keeps
-    when it packs the weight for its C++ kernels."""
-    unpacked = getattr(layer.conv1d, "_cpu_unpacked_conv_weight", None)
-    if unpacked is not None:
-        return unpacked
+    """The layer's conv weight as [dim, W] (vLLM stores [dim, 1, W])."""
     weight = layer.conv1d.weight
     return weight.view(weight.size(0), weight.size(2))
 
@@ -67,6 +63,7 @@ def golden_cpu_decode(layer, mixed_qkv, b, a, state_indices, core_attn_out) -> N
     k_dim, v_dim)``); the goldens take [HV, V, K], so they get that memory transposed and the
     blocks they write are read back by vLLM's CPU prefill the same way.
     """
+    cpu_gdn = importlib.import_module(CPU_GDN_MODULE)
     conv_state = layer.kv_cache[0]
     ssm = layer.kv_cache[1]
     slots, heads, v_dim, k_dim = ssm.shape
@@ -75,7 +72,7 @@ def golden_cpu_decode(layer, mixed_qkv, b, a, state_indices, core_attn_out) -> N
     conv_out, new_conv = conv_update(
         mixed_qkv,
         conv_state,
-        conv_weight_2d(layer),
+        cpu_gdn._unpacked_conv_weight(layer),  # vLLM's CPU build may pack the weight
         indices,
         bias=layer.conv1d.bias,
         activation=layer.activation,

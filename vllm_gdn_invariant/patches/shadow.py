@@ -55,8 +55,8 @@ from vllm_gdn_invariant.patches.base import (
 from vllm_gdn_invariant.patches.golden_decode import (
     CONV_LAYOUT,
     CPU_CORE,
-    CPU_GDN_MODULE,
     CPU_NONSPEC,
+    CPU_UNPACKED_WEIGHT,
     LAYER_FORWARD_CPU,
 )
 from vllm_gdn_invariant.patches.routing import (
@@ -69,7 +69,6 @@ from vllm_gdn_invariant.patches.routing import (
     SPLIT_DECODES,
 )
 
-CPU_UNPACKED_WEIGHT = SourceTarget(CPU_GDN_MODULE, "_unpacked_conv_weight")
 GDN_CORE_OP = SourceTarget(QWEN_GDN_MODULE, "qwen_gdn_attention_core")
 
 HOOKS = "vllm_gdn_invariant.patches.shadow_hooks"

@@ -2,13 +2,12 @@
 
 | variable | values | default |
 | --- | --- | --- |
-| ``VLLM_GDN_INVARIANT_MODE`` | ``route``, ``off`` | ``route`` |
+| ``VLLM_GDN_INVARIANT_MODE`` | ``route``, ``golden``, ``off`` | ``route`` |
 | ``VLLM_GDN_INVARIANT_STRICT`` | ``0``, ``1`` | ``0`` |
 | ``VLLM_GDN_INVARIANT_SHADOW`` | ``off``, ``0``, ``<rate>[,option=value...]`` | ``off`` |
 
 A bad value raises :class:`ConfigError`, whose message names the variable, the value and the
-valid choices. Values reserved for parts not in this release (mode ``golden``) are refused the
-same way, so no setting is accepted without effect. The shadow setting's grammar and checks
+valid choices. The shadow setting's grammar and checks
 (a writable output folder among them) are in ``vllm_gdn_invariant/shadow/config.py``.
 """
 
@@ -41,15 +40,14 @@ class Mode(str, enum.Enum):
     """What the plugin installs.
 
     ``route``: mixed-step decode rows run vLLM's decode-only kernels.
-    ``off``: nothing is patched.
+    ``golden``: as ``route``, and every non-speculative decode row runs the golden arithmetic
+    (the golden-matched kernels on CUDA, the goldens on vLLM's CPU build).
+    ``off``: nothing is patched (but the shadow checker, when it is on).
     """
 
     ROUTE = "route"
+    GOLDEN = "golden"
     OFF = "off"
-
-
-# Values whose feature is not in this release: refused with the reason.
-RESERVED_MODES = {"golden": "mode golden comes with the golden-matched kernels"}
 
 
 @dataclass(frozen=True)
@@ -70,10 +68,6 @@ class PluginConfig:
 def parse_mode(value: str) -> Mode:
     text = value.strip().lower()
     choices = " | ".join(m.value for m in Mode)
-    if text in RESERVED_MODES:
-        raise ConfigError(
-            MODE_ENV, value, f"{choices} ({RESERVED_MODES[text]}, not in this release)"
-        )
     try:
         return Mode(text)
     except ValueError:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from vllm_gdn_invariant.patches import MethodPatch, PatchError, apply_all, routing_patch
 from vllm_gdn_invariant.patches.batch_invariance import describe_patches, invariance_patches
+from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
 from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig, load_config
 from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
@@ -37,6 +38,11 @@ LOGGER_NAME = "vllm.gdn_invariant"
 logger = init_logger(LOGGER_NAME)
 
 PACKED_DECODE_ENV = "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE"
+GOLDEN_NEEDS_PACKED_DECODE = (
+    f"VLLM_GDN_INVARIANT_MODE=golden needs {PACKED_DECODE_ENV}=1 (vLLM's default): with 0, "
+    "vLLM runs decode-only steps through fused_sigmoid_gating_delta_rule_update, which the "
+    f"golden decode path does not replace; unset {PACKED_DECODE_ENV} or use mode route"
+)
 
 _lock = threading.Lock()
 _registered: PluginStatus | None = None
@@ -48,9 +54,12 @@ class UnsupportedVllmError(RuntimeError):
 
 def patches_for(config: PluginConfig) -> list[MethodPatch]:
     """The patches the plugin installs for ``config``: the routing unless mode off (with the
-    batch-invariance patches under ``VLLM_BATCH_INVARIANT=1``), then the shadow checker's
+    batch-invariance patches under ``VLLM_BATCH_INVARIANT=1``, and mode golden's decode
+    path), then the shadow checker's
     wrappers when it is on (last: they wrap what the others installed)."""
     patches = [] if config.mode is Mode.OFF else [routing_patch(), *invariance_patches()]
+    if config.mode is Mode.GOLDEN:
+        patches += golden_decode_patches()
     if config.shadow.enabled:
         patches += shadow_patches()
     return patches
@@ -99,7 +108,18 @@ class PluginStatus:
             return f"nothing patched: {self.refusal}"
         verb = "patched" if self.applied else "would patch"
         action = f"{verb} " + describe_patches(self.patches)
-        if self.platform is not None and self.platform.is_cpu:
+        on_cpu = self.platform is not None and self.platform.is_cpu
+        if self.config.mode is Mode.GOLDEN:
+            action += (
+                " (mode golden: non-speculative decode rows run the goldens' arithmetic, "
+                + (
+                    "the PyTorch goldens on vLLM's CPU build"
+                    if on_cpu
+                    else "golden-matched kernels"
+                )
+                + "; prefill and speculative rows keep vLLM's kernels)"
+            )
+        if on_cpu:
             action += (
                 " (CPU platform: GDN layers run forward_cpu, which does not call"
                 " _forward_core, so no step is routed)"
@@ -129,6 +149,8 @@ def plan(config: PluginConfig | None = None) -> PluginStatus:
     config = load_config() if config is None else config
     if config.installs_nothing:
         return PluginStatus(config, None, ())
+    if config.mode is Mode.GOLDEN and not packed_decode_enabled():
+        return PluginStatus(config, None, (), error=GOLDEN_NEEDS_PACKED_DECODE)
     patches = tuple(patches_for(config))
     targets = [(p.target, "replaced") for p in patches]
     targets += [(t, "relied on") for p in patches for t in p.relies_on]

@@ -58,6 +58,7 @@ from vllm_gdn_invariant.patches.golden_decode import (
     CONV_LAYOUT,
     CPU_CORE,
     CPU_NONSPEC,
+    CPU_UNPACKED_WEIGHT,
     LAYER_FORWARD_CPU,
 )
 from vllm_gdn_invariant.patches.routing import (
@@ -78,7 +79,7 @@ from vllm_gdn_invariant.patches.routing import (
     PREFILL_DISPATCH,
     SPLIT_DECODES,
 )
-from vllm_gdn_invariant.patches.shadow import CPU_UNPACKED_WEIGHT, GDN_CORE_OP
+from vllm_gdn_invariant.patches.shadow import GDN_CORE_OP
 from vllm_gdn_invariant.plugin.fingerprint import fingerprint_or_none, read_installed_source
 
 SUPPORTED_VERSIONS = (
