@@ -12,9 +12,9 @@ GDN model's block size is a multiple of 64 tokens.
   go. Making the grid compatible is cheaper than refusing: when the user did not choose a
   block size, the replacement raises the starting block size to a multiple of 64 before
   vLLM's sizing, whose result is then a multiple of it (1056 becomes 1088 for Qwen3-Next at
-  TP1 with its float32 state: a few more tokens per page, the same number of mamba states). A block size the user
-  chose is kept; the scheduler (``bi_chunk_grid.py``) refuses it at startup, saying why, if it
-  is off the grid.
+  TP1 with its float32 state: a few more tokens per page, the same number of mamba states).
+  A block size the user chose is kept; the scheduler (``bi_chunk_grid.py``) refuses it at
+  startup, saying why, if it is off the grid.
 * **Upstream**: vLLM 0.33+ already aligns the block to 64 tokens when FlashInfer prefill
   checkpoints are on (``get_mamba_prefill_checkpoint_alignment``); under the mode the prefill
   is Triton (``bi_prefill.py``), which declares no such alignment.
