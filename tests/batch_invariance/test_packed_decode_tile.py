@@ -9,8 +9,9 @@ import pytest
 import torch
 from packaging.version import Version
 
-from vllm_gdn_invariant.patches.batch_invariance import PACKED_DECODE_TILE_SINCE, installed_release
+from vllm_gdn_invariant.patches.batch_invariance import PACKED_DECODE_TILE_SINCE
 from vllm_gdn_invariant.patches.bi_packed_decode import packed_decode_patch, pinned_tile
+from vllm_gdn_invariant.plugin.versions import installed_release
 
 from .helpers import applied
 

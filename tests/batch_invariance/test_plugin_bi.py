@@ -10,13 +10,12 @@ import pytest
 from vllm_gdn_invariant.patches.base import PATCH_ATTR
 from vllm_gdn_invariant.patches.batch_invariance import (
     batch_invariance_patches,
-    installed_release,
 )
 from vllm_gdn_invariant.patches.bi_patch import BatchInvariancePatch, batch_invariant_enabled
 from vllm_gdn_invariant.patches.bi_selector import GET_ATTN_BACKEND
 from vllm_gdn_invariant.plugin import entry
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig
-from vllm_gdn_invariant.plugin.versions import FINGERPRINTS, check_targets
+from vllm_gdn_invariant.plugin.versions import FINGERPRINTS, check_targets, installed_release
 
 from .helpers import applied
 

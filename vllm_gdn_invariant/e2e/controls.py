@@ -19,7 +19,7 @@ import os
 from vllm_gdn_invariant.patches.base import apply_all
 from vllm_gdn_invariant.patches.batch_invariance import describe_patches, invariance_patches
 from vllm_gdn_invariant.plugin.entry import LOGGER_NAME
-from vllm_gdn_invariant.plugin.versions import check_targets
+from vllm_gdn_invariant.plugin.versions import check_targets, installed_release
 
 _done = False
 
@@ -33,7 +33,7 @@ def register_without_routing() -> None:
     from vllm.logger import init_logger
 
     logger = init_logger(LOGGER_NAME)
-    patches = invariance_patches()
+    patches = invariance_patches(installed_release())
     targets = [(p.target, "replaced") for p in patches]
     targets += [(t, "relied on") for p in patches for t in p.relies_on]
     guard = check_targets(list(dict.fromkeys(targets)))

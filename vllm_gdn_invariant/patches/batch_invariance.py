@@ -72,19 +72,11 @@ def batch_invariance_patches(
     return patches
 
 
-def installed_release() -> str | None:
-    """The installed vLLM's release number (``0.32.0+cpu`` -> ``0.32.0``), None without vLLM."""
-    from vllm_gdn_invariant.plugin.versions import installed_vllm
-
-    installed = installed_vllm()
-    return None if installed is None else installed.release
-
-
-def invariance_patches() -> list[MethodPatch]:
-    """The batch-invariance patches for the installed vLLM; none unless VLLM_BATCH_INVARIANT."""
+def invariance_patches(release: str | None) -> list[MethodPatch]:
+    """The batch-invariance patches for vLLM ``release``; none unless VLLM_BATCH_INVARIANT."""
     if not batch_invariant_enabled():
         return []
-    return batch_invariance_patches(installed_release(), enabled=True)
+    return batch_invariance_patches(release, enabled=True)
 
 
 def describe_patches(patches: Sequence[MethodPatch]) -> str:

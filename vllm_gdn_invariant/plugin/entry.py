@@ -27,7 +27,7 @@ from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
 from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig, load_config
 from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
-from vllm_gdn_invariant.plugin.versions import GuardResult, check_targets
+from vllm_gdn_invariant.plugin.versions import GuardResult, check_targets, installed_release
 
 try:
     from vllm.logger import init_logger
@@ -57,7 +57,11 @@ def patches_for(config: PluginConfig) -> list[MethodPatch]:
     batch-invariance patches under ``VLLM_BATCH_INVARIANT=1``, and mode golden's decode
     path), then the shadow checker's
     wrappers when it is on (last: they wrap what the others installed)."""
-    patches = [] if config.mode is Mode.OFF else [routing_patch(), *invariance_patches()]
+    patches = (
+        []
+        if config.mode is Mode.OFF
+        else [routing_patch(), *invariance_patches(installed_release())]
+    )
     if config.mode is Mode.GOLDEN:
         patches += golden_decode_patches()
     if config.shadow.enabled:

@@ -523,6 +523,12 @@ def installed_vllm() -> InstalledVllm | None:
     return None
 
 
+def installed_release() -> str | None:
+    """The installed vLLM's release number (``0.32.0+cpu`` -> ``0.32.0``), None without vLLM."""
+    installed = installed_vllm()
+    return None if installed is None else installed.release
+
+
 class TargetState(str, Enum):
     MATCH = "match"
     ABSENT = "not in this version"
