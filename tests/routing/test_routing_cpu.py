@@ -203,6 +203,9 @@ def test_spec_steps_go_to_upstream_untouched(routed, setup):
     )
     assert routing.gdn_invariant_routes(layer, metadata)
     assert not routing.gdn_invariant_routes(layer, spec)
+    # Decode rows of more than one token (num_decode_tokens != num_decodes) stay vLLM's.
+    multi_token = dataclasses.replace(metadata, num_decode_tokens=metadata.num_decodes + 1)
+    assert not routing.gdn_invariant_routes(layer, multi_token)
     object.__setattr__(layer, "enable_packed_recurrent_decode", False)
     assert not routing.gdn_invariant_routes(layer, metadata)
 
