@@ -51,9 +51,18 @@ def golden_forward_core_decode_non_spec(
     core_attn_out[:num_actual_tokens] = out.squeeze(1)
 
 
-def write_active_blocks(cache: torch.Tensor, new: torch.Tensor, indices: torch.Tensor) -> None:
-    active = indices[indices > 0].long()
-    cache[active] = new[active]
+def compact_blocks(cache: torch.Tensor, indices: torch.Tensor):
+    """The active rows' blocks as a small cache (block 0 unused) and the rows' indices into it.
+
+    The goldens return a whole new state; on vLLM's cache (all of its blocks) that copy would
+    dominate the step. Their bits do not depend on the blocks no row reads.
+    """
+    active = indices > 0
+    blocks = indices[active]
+    local = torch.zeros_like(indices)
+    local[active] = torch.arange(1, blocks.numel() + 1, dtype=indices.dtype)
+    small = torch.cat([torch.zeros_like(cache[:1]), cache[blocks]])
+    return small, local, blocks
 
 
 def golden_cpu_decode(layer, mixed_qkv, b, a, state_indices, core_attn_out) -> None:
@@ -64,16 +73,18 @@ def golden_cpu_decode(layer, mixed_qkv, b, a, state_indices, core_attn_out) -> N
     blocks they write are read back by vLLM's CPU prefill the same way.
     """
     cpu_gdn = importlib.import_module(CPU_GDN_MODULE)
-    conv_state = layer.kv_cache[0]
+    conv_cache = layer.kv_cache[0]
     ssm = layer.kv_cache[1]
     slots, heads, v_dim, k_dim = ssm.shape
-    state = ssm.view(slots, heads, k_dim, v_dim).transpose(-1, -2)
+    state_cache = ssm.view(slots, heads, k_dim, v_dim).transpose(-1, -2)
     indices = state_indices.to(torch.int64)
+    conv_state, local, blocks = compact_blocks(conv_cache, indices)
+    state, _, _ = compact_blocks(state_cache, indices)
     conv_out, new_conv = conv_update(
         mixed_qkv,
         conv_state,
         cpu_gdn._unpacked_conv_weight(layer),  # vLLM's CPU build may pack the weight
-        indices,
+        local,
         bias=layer.conv1d.bias,
         activation=layer.activation,
         dim_first=is_conv_state_dim_first(),
@@ -85,12 +96,12 @@ def golden_cpu_decode(layer, mixed_qkv, b, a, state_indices, core_attn_out) -> N
         layer.A_log,
         layer.dt_bias,
         state,
-        indices,
+        local,
         num_k_heads=layer.num_k_heads // layer.tp_size,
         scale=layer.head_k_dim**-0.5,
     )
-    write_active_blocks(conv_state, new_conv, indices)
-    write_active_blocks(state, new_state, indices)
+    conv_cache[blocks] = new_conv[1:]
+    state_cache[blocks] = new_state[1:]
     core_attn_out[: out.shape[0]] = out.squeeze(1)
 
 
