@@ -118,4 +118,5 @@ def test_vllm_serve_exits_with_the_plugin_message_on_bad_configuration(tiny_mode
     )
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
-    assert "VLLM_GDN_INVARIANT_MODE='bogus' is not valid; valid values: route | off" in (output)
+    expected = "VLLM_GDN_INVARIANT_MODE='bogus' is not valid; valid values: route | golden | off"
+    assert expected in output
