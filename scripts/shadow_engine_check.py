@@ -32,8 +32,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
 
-from vllm_gdn_invariant.cli.demo import OTHER_PROMPT_WORDS, TARGET_PROMPT_WORDS  # noqa: E402
 from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
+from vllm_gdn_invariant.models.tiny import DEMO_OTHER_WORDS, DEMO_TARGET_WORDS  # noqa: E402
 from vllm_gdn_invariant.shadow.record import FIELDS, read_records  # noqa: E402
 
 SCHEMA = "vllm-gdn-invariant/shadow-engine-check/1"
@@ -72,8 +72,8 @@ def child(arm: str, folder: Path, model: str | None, max_tokens: int) -> None:
         **options,
     )
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    target = words(TARGET_PROMPT_WORDS, start=7)
-    others = [words(n, start=31 * (i + 1)) for i, n in enumerate(OTHER_PROMPT_WORDS)]
+    target = words(DEMO_TARGET_WORDS, start=7)
+    others = [words(n, start=31 * (i + 1)) for i, n in enumerate(DEMO_OTHER_WORDS)]
     llm.generate([target], params, use_tqdm=False)
     llm.generate([others[0], target, *others[1:]], params, use_tqdm=False)
 

@@ -23,6 +23,7 @@ from vllm_gdn_invariant.models.weighted import (
     qwen3_5_config,
     qwen3_5_weights,
     qwen3_next_weights,
+    tensor_parallel_problems,
     write_weighted_model,
 )
 
@@ -75,6 +76,14 @@ def test_arms_one_to_three_run_eager_only_and_four_five_in_both_settings():
         (["--models", "llama"], "--models: 'llama' is not one of"),
         (["--arms", "1", "--settings", "default"], "no case"),
         (["--tensor-parallel-size", "0"], "--tensor-parallel-size must be at least 1"),
+        (
+            ["--tensor-parallel-size", "4"],
+            "qwen3_next: linear_num_key_heads=2 does not divide by tensor_parallel_size=4",
+        ),
+        (
+            ["--models", "qwen3_5", "--tensor-parallel-size", "3"],
+            "qwen3_5: num_key_value_heads=2 neither divides nor is divided by",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_before_anything_is_written(tmp_path, capsys, argv, words):
@@ -84,6 +93,28 @@ def test_bad_arguments_exit_2_before_anything_is_written(tmp_path, capsys, argv,
     assert info.value.code == 2
     assert words in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_tensor_parallel_two_fits_both_models_and_needs_two_gpus(tmp_path, capsys, monkeypatch):
+    assert tensor_parallel_problems("qwen3_next", 2) == []
+    assert tensor_parallel_problems("qwen3_5", 2) == []
+    monkeypatch.setattr(determinism, "visible_gpus", lambda: 1)
+    out = tmp_path / "e2e.json"
+    with pytest.raises(SystemExit) as info:
+        determinism.main(["--out", str(out), "--tensor-parallel-size", "2"])
+    assert info.value.code == 2
+    assert "--tensor-parallel-size 2 needs as many GPUs; this machine shows 1" in (
+        capsys.readouterr().err
+    )
+    assert not out.exists()
+
+
+def test_every_engine_process_runs_with_nvlink_multicast_off(tmp_path):
+    base = {**os.environ, "NCCL_NVLS_ENABLE": "1"}
+    env = engine_env(base, [PLUGIN], plugin_site(tmp_path / "site"))
+    assert env["NCCL_NVLS_ENABLE"] == "0"
+    assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert env["NVSHMEM_DISABLE_NVLS"] == "1"
 
 
 def test_vllms_plugin_loader_finds_the_plugin_site(tmp_path):

@@ -51,3 +51,8 @@ def test_demo_runs_offline_with_the_plugin_and_reports_the_target(tmp_path):
     assert len(report["batched"]["token_ids"]) == 6
     # On CPU vLLM runs the GDN layer through forward_cpu, which is batch-invariant here.
     assert report["tokens_identical"] and report["logprobs_identical"], report
+    assert report["verdict"] == "IDENTICAL"
+    assert report["batch_invariant"] is False  # vLLM's CPU build refuses it for Qwen3-Next
+    assert "VLLM_BATCH_INVARIANT: 0" in proc.stdout
+    assert "CPU run:  vLLM's CPU build runs GDN layers through forward_cpu" in proc.stdout
+    assert "tiny Qwen3-Next, seeded random weights" in report["compared"]

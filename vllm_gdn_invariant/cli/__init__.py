@@ -45,11 +45,22 @@ exit status:
 """
 
 DEMO_DESCRIPTION = """\
-Write a tiny Qwen3-Next model (config, a locally built tokenizer, dummy weights) to a
-temporary folder, start vLLM offline with VLLM_PLUGINS=gdn_invariant, run a target request
-alone and then among requests of mixed lengths under a small token budget (so that steps mix
-prefills and decodes), and report whether the target's tokens and logprobs are bitwise
-identical.
+Write a tiny Qwen3-Next model (config, a locally built tokenizer, seeded random weights, so
+that greedy tokens depend on the context) to a temporary folder, start vLLM offline with
+VLLM_PLUGINS=gdn_invariant, run a target request alone and then among requests of mixed
+lengths under a small token budget (so that prompts are split and steps mix prefills and
+decodes), and report whether the target's tokens and logprobs are bitwise identical.
+
+On a CUDA GPU the engine runs with VLLM_BATCH_INVARIANT=1 (the plugin's batch-invariant
+mode); on CPU without it (vLLM's CPU build has no batch-invariant MoE backend), and the
+report says what a CPU run can and cannot show.
+"""
+
+DEMO_EPILOG = """\
+exit status:
+  0  IDENTICAL: the target's tokens and logprobs are the same bits alone and batched
+  1  DIFFERENT, or vLLM did not start (its error is printed)
+  2  the command line is wrong
 """
 
 
@@ -107,9 +118,21 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "demo",
         help="one request alone and among others, with the plugin, on this machine",
         description=DEMO_DESCRIPTION,
+        epilog=DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    demo.add_argument("--model", metavar="DIR", help="a model folder instead of the tiny default")
+    demo.add_argument(
+        "--model",
+        metavar="DIR",
+        help="a model folder (its own weights) instead of the tiny default",
+    )
+    demo.add_argument(
+        "--batch-invariant",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run with VLLM_BATCH_INVARIANT=1 (default: on with CUDA, off on CPU; "
+        "an exported VLLM_BATCH_INVARIANT is followed)",
+    )
     demo.add_argument("--max-tokens", type=int, default=16, metavar="N", help="tokens per request")
     demo.add_argument("--seed", type=int, default=0, metavar="N", help="sampling seed")
     demo.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")

@@ -1,11 +1,14 @@
 """``python -m vllm_gdn_invariant demo``: one request alone and among others, with the plugin.
 
-It writes a tiny Qwen3-Next model (config, a locally built tokenizer, dummy weights) to a
-temporary folder, starts vLLM offline with ``VLLM_PLUGINS=gdn_invariant``, runs a target
-request alone and then among requests of mixed lengths under a small token budget (so that
-steps mix prefills and decodes), and reports whether the target's tokens and logprobs are
-bitwise identical. With ``VLLM_GDN_INVARIANT_SHADOW`` set, the report also sums the shadow
-checker's records of the run (``"shadow": {"checks": N, "with_difference": M, ...}``).
+It writes a tiny Qwen3-Next model with seeded random weights (``models/weighted.py``: greedy
+tokens depend on the context, which dummy weights' near-constant logits do not) to a temporary
+folder, starts vLLM offline with ``VLLM_PLUGINS=gdn_invariant``, runs a target request alone
+and then among requests of mixed lengths under a small token budget (so that prompts are split
+and steps mix prefills and decodes), and reports whether the target's tokens and logprobs are
+bitwise identical; the exit status is 1 when they are not. On a CUDA GPU the engine runs with
+``VLLM_BATCH_INVARIANT=1`` (the plugin's batch-invariant mode); on CPU without it, and the
+report says what the CPU run can and cannot show. With ``VLLM_GDN_INVARIANT_SHADOW`` set, the
+report also sums the shadow checker's records of the run (``"shadow": {"checks": N, ...}``).
 """
 
 from __future__ import annotations
@@ -23,14 +26,21 @@ from typing import Any
 
 from vllm_gdn_invariant import cli
 from vllm_gdn_invariant.cli.report import totals
-from vllm_gdn_invariant.models.tiny import words, write_tiny_model
+from vllm_gdn_invariant.models.tiny import DEMO_OTHER_WORDS, DEMO_TARGET_WORDS, words
+from vllm_gdn_invariant.models.weighted import write_weighted_model
 from vllm_gdn_invariant.plugin.entry import plan, registered_status
 from vllm_gdn_invariant.shadow.config import ShadowConfig
 from vllm_gdn_invariant.shadow.record import read_records
 
 PLUGIN_NAME = "gdn_invariant"
-TARGET_PROMPT_WORDS = 12
-OTHER_PROMPT_WORDS = (300, 37, 64, 5, 150, 1)
+TOKEN_BUDGET = 64
+CPU_CAVEAT = (
+    "vLLM's CPU build runs GDN layers through forward_cpu, one sequence at a time (the routed "
+    "_forward_core and the GPU kernels do not run), and has no batch-invariant MoE backend "
+    "(VLLM_BATCH_INVARIANT=1 is refused for Qwen3-Next here). IDENTICAL on CPU shows that the "
+    "plugin loads and serves; it says nothing about a GPU run, which is where the plugin's "
+    "routing and batch-invariant mode act."
+)
 
 
 @dataclass
@@ -55,6 +65,9 @@ def float_bits(values: list[float]) -> list[int]:
 class DemoReport:
     plugin: str
     device: str
+    batch_invariant: bool
+    compared: str
+    caveat: str | None
     tokens_identical: bool
     logprobs_identical: bool
     first_token_divergence: int | None
@@ -64,12 +77,17 @@ class DemoReport:
     shadow: dict[str, Any] = field(default_factory=lambda: {"enabled": False})
     seconds: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def verdict(self) -> str:
+        return "IDENTICAL" if self.tokens_identical and self.logprobs_identical else "DIFFERENT"
+
     def lines(self) -> list[str]:
-        verdict = "IDENTICAL" if self.tokens_identical and self.logprobs_identical else "DIFFERENT"
         out = [
             f"plugin:   {self.plugin}",
             f"device:   {self.device}",
-            f"target alone vs batched: {verdict}",
+            f"VLLM_BATCH_INVARIANT: {int(self.batch_invariant)}",
+            f"compared: {self.compared}",
+            f"target alone vs batched: {self.verdict}",
             f"  tokens identical:   {self.tokens_identical}"
             + (
                 ""
@@ -80,6 +98,8 @@ class DemoReport:
             f"{self.max_logprob_diff:.3g})",
             f"shadow:   {shadow_line(self.shadow)}",
         ]
+        if self.caveat:
+            out.append(f"CPU run:  {self.caveat}")
         return out
 
 
@@ -131,6 +151,45 @@ def compare(alone: Completion, batched: Completion) -> tuple[bool, bool, int | N
     return tokens_identical, logprobs_identical, divergence, max(finite, default=0.0)
 
 
+class DemoSetupError(ValueError):
+    """The demo cannot run as asked (the message says why)."""
+
+
+def has_cuda() -> bool:
+    """A CUDA GPU is visible (ROCm builds of torch report ``is_available()`` too: not CUDA)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.version.hip is None
+
+
+def choose_batch_invariant(flag: bool | None, environ: dict[str, str], cuda: bool) -> bool:
+    """``--batch-invariant``/``--no-batch-invariant`` if given, else an exported
+    ``VLLM_BATCH_INVARIANT`` (an integer, as vLLM reads it), else on with CUDA only."""
+    if flag is not None:
+        return flag
+    exported = environ.get("VLLM_BATCH_INVARIANT")
+    if exported is not None and exported.strip():
+        try:
+            return int(exported) != 0
+        except ValueError:
+            raise DemoSetupError(
+                f"VLLM_BATCH_INVARIANT={exported!r} is not an integer (vLLM reads 0 or 1)"
+            ) from None
+    return cuda
+
+
+def what_is_compared(batch_invariant: bool, max_tokens: int, model: str) -> str:
+    """One sentence: the comparison the demo makes."""
+    others = ", ".join(map(str, DEMO_OTHER_WORDS))
+    mode = "plugin + VLLM_BATCH_INVARIANT=1" if batch_invariant else "plugin (mode route)"
+    return (
+        f"{model}; a {DEMO_TARGET_WORDS}-word prompt, {max_tokens} greedy tokens with "
+        f"logprobs, alone vs among {len(DEMO_OTHER_WORDS)} others of {others} words under a "
+        f"{TOKEN_BUDGET}-token budget (prompts split, steps mixing prefills and decodes); "
+        f"{mode}; tokens and logprobs compared bit for bit"
+    )
+
+
 def enable_plugin_env() -> None:
     """Make vLLM load this plugin in every process it starts."""
     current = os.environ.get("VLLM_PLUGINS")
@@ -144,53 +203,61 @@ def progress(step: int, total: int, text: str) -> None:
     print(f"[demo {step}/{total}] {text}", flush=True)
 
 
-def run_demo(model_dir: str | None, max_tokens: int, seed: int) -> DemoReport:
+def run_demo(
+    model_dir: str | None, max_tokens: int, seed: int, batch_invariant: bool
+) -> DemoReport:
     total = 5
     timings: dict[str, float] = {}
     started = time.time()
+    os.environ["VLLM_BATCH_INVARIANT"] = "1" if batch_invariant else "0"
     progress(1, total, "plugin: " + plan().summary())
     enable_plugin_env()
 
     t0 = time.monotonic()
     if model_dir is None:
         model_dir = tempfile.mkdtemp(prefix="gdn_invariant_demo_")
-        write_tiny_model(model_dir)
-        progress(2, total, f"wrote a tiny Qwen3-Next model to {model_dir}")
+        write_weighted_model(model_dir, "qwen3_next", seed=seed)
+        model = "tiny Qwen3-Next, seeded random weights"
+        progress(2, total, f"wrote a tiny Qwen3-Next model (seeded weights) to {model_dir}")
     else:
-        progress(2, total, f"using the model in {model_dir}")
+        model = f"the model in {model_dir}"
+        progress(2, total, f"using {model} (its own weights)")
 
     from vllm import LLM, SamplingParams
 
-    progress(3, total, "starting vLLM offline (dummy weights, enforce_eager)")
+    progress(
+        3,
+        total,
+        f"starting vLLM offline (enforce_eager, VLLM_BATCH_INVARIANT={int(batch_invariant)})",
+    )
     llm = LLM(
         model=model_dir,
-        load_format="dummy",
         seed=seed,
         enforce_eager=True,
         gpu_memory_utilization=0.2,
         max_model_len=1024,
         max_num_seqs=8,
-        max_num_batched_tokens=64,
+        max_num_batched_tokens=TOKEN_BUDGET,
         enable_prefix_caching=False,
     )
     timings["start"] = time.monotonic() - t0
     params = SamplingParams(
         temperature=0.0, max_tokens=max_tokens, logprobs=1, ignore_eos=True, seed=seed
     )
-    target = words(TARGET_PROMPT_WORDS, start=7)
+    target = words(DEMO_TARGET_WORDS, start=7)
 
     t1 = time.monotonic()
-    progress(4, total, f"target alone ({TARGET_PROMPT_WORDS}-word prompt, {max_tokens} tokens)")
+    progress(4, total, f"target alone ({DEMO_TARGET_WORDS}-word prompt, {max_tokens} tokens)")
     alone = Completion.from_request_output(llm.generate([target], params, use_tqdm=False)[0])
     timings["alone"] = time.monotonic() - t1
 
     t2 = time.monotonic()
-    others = [words(n, start=31 * (i + 1)) for i, n in enumerate(OTHER_PROMPT_WORDS)]
+    others = [words(n, start=31 * (i + 1)) for i, n in enumerate(DEMO_OTHER_WORDS)]
     progress(
         5,
         total,
-        f"target among {len(others)} others of {', '.join(map(str, OTHER_PROMPT_WORDS))} "
-        "words (64-token budget: steps mix prefills and decodes)",
+        f"target among {len(others)} others of {', '.join(map(str, DEMO_OTHER_WORDS))} "
+        f"words ({TOKEN_BUDGET}-token budget: steps mix prefills and decodes)",
     )
     outputs = llm.generate([others[0], target, *others[1:]], params, use_tqdm=False)
     batched = Completion.from_request_output(outputs[1])
@@ -200,12 +267,12 @@ def run_demo(model_dir: str | None, max_tokens: int, seed: int) -> DemoReport:
     from vllm.platforms import current_platform
 
     status = registered_status() or plan()
-    device = str(current_platform.device_name)
-    if current_platform.is_cpu():
-        device += " (vLLM runs GDN layers through forward_cpu here; the routing is not exercised)"
     return DemoReport(
         plugin=status.summary(),
-        device=device,
+        device=str(current_platform.device_name),
+        batch_invariant=batch_invariant,
+        compared=what_is_compared(batch_invariant, max_tokens, model),
+        caveat=CPU_CAVEAT if current_platform.is_cpu() else None,
         tokens_identical=tokens_identical,
         logprobs_identical=logprobs_identical,
         first_token_divergence=divergence,
@@ -218,13 +285,23 @@ def run_demo(model_dir: str | None, max_tokens: int, seed: int) -> DemoReport:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo with the parsed ``demo`` arguments; print (and write) the report."""
-    report = run_demo(args.model, args.max_tokens, args.seed)
+    """Run the demo with the parsed ``demo`` arguments; print (and write) the report. 0 when the
+    verdict is IDENTICAL, 1 when it is DIFFERENT or vLLM does not start, 2 on a bad setting."""
+    try:
+        batch_invariant = choose_batch_invariant(args.batch_invariant, dict(os.environ), has_cuda())
+    except DemoSetupError as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        report = run_demo(args.model, args.max_tokens, args.seed, batch_invariant)
+    except Exception as exc:  # noqa: BLE001 - vLLM's refusal is the demo's answer
+        print(f"demo: vLLM did not start or serve: {cli.describe_error(exc)}", file=sys.stderr)
+        return 1
     print("\n".join(["", "== gdn_invariant demo report ==", *report.lines()]), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(asdict(report), fh, indent=1)
-    return 0
+            json.dump({**asdict(report), "verdict": report.verdict}, fh, indent=1)
+    return 0 if report.verdict == "IDENTICAL" else 1
 
 
 def main(argv: list[str] | None = None) -> int:

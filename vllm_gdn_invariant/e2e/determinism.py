@@ -41,7 +41,11 @@ from vllm_gdn_invariant.e2e.plugin_site import (
     plugin_site,
 )
 from vllm_gdn_invariant.models.tiny import words
-from vllm_gdn_invariant.models.weighted import MODELS, write_weighted_model
+from vllm_gdn_invariant.models.weighted import (
+    MODELS,
+    tensor_parallel_problems,
+    write_weighted_model,
+)
 
 NEW_TOKENS = 64
 TARGET_WORDS = 700
@@ -409,6 +413,14 @@ def merge(out: Path, inputs: list[Path]) -> None:
     write_json(out, {"merged_from": [p.name for p in inputs], "runs": runs}, merged)
 
 
+def visible_gpus() -> int | None:
+    """CUDA devices this process sees; None without CUDA (vLLM's CPU build runs ranks as
+    processes)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else None
+
+
 def parse_list(text: str, kind: type, choices: Any, name: str) -> list:
     values = []
     for item in text.split(","):
@@ -486,6 +498,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out is required")
     if args.tensor_parallel_size < 1:
         parser.error("--tensor-parallel-size must be at least 1")
+    tp = args.tensor_parallel_size
+    problems = [p for model in args.models for p in tensor_parallel_problems(model, tp)]
+    if problems:
+        parser.error("--tensor-parallel-size: " + "; ".join(problems))
+    gpus = visible_gpus()
+    if gpus is not None and gpus < args.tensor_parallel_size:
+        parser.error(
+            f"--tensor-parallel-size {args.tensor_parallel_size} needs as many GPUs; "
+            f"this machine shows {gpus}"
+        )
     if not args.out.parent.is_dir():
         parser.error(f"--out: folder {args.out.parent} does not exist")
     if args.merge:
@@ -512,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         other_words=list(OTHER_WORDS),
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
         weights_seed=args.seed,
+        tensor_parallel_size=args.tensor_parallel_size,
+        visible_gpus=gpus,
         attention_backend=args.attention_backend or None,
         prefill_backend=args.prefill_backend or None,
         arms={n: dataclasses.asdict(a) for n, a in ARMS.items()},

@@ -27,6 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 DIST_NAME = "vllm_gdn_invariant_e2e_plugins"
 PLUGIN = "gdn_invariant"
 CONTROL_WITHOUT_ROUTING = "gdn_invariant_without_routing"
+# NVLink multicast off in every engine process: on a shared host of several GPUs, a program
+# that uses it can put the GPUs out of service for others (the GPU machine's README).
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 ENTRY_POINTS = {
     PLUGIN: "vllm_gdn_invariant.plugin.entry:register",
     CONTROL_WITHOUT_ROUTING: "vllm_gdn_invariant.e2e.controls:register_without_routing",
@@ -62,7 +69,8 @@ def installed_entry_point() -> bool:
 def engine_env(base: Mapping[str, str], plugins: list[str], site: Path | None) -> dict[str, str]:
     """The environment of a process that starts vLLM with ``plugins`` (names of
     :data:`ENTRY_POINTS`; empty: none). ``site`` (from :func:`plugin_site`) and the project
-    root go first on ``PYTHONPATH`` so that vLLM's processes find the entry points."""
+    root go first on ``PYTHONPATH`` so that vLLM's processes find the entry points. NVLink
+    multicast is off (:data:`MULTICAST_OFF`), whatever ``base`` says."""
     env = {k: v for k, v in base.items() if not k.startswith("VLLM_GDN_INVARIANT")}
     paths = [str(ROOT)] if site is None else [str(site), str(ROOT)]
     if base.get("PYTHONPATH"):
@@ -70,4 +78,5 @@ def engine_env(base: Mapping[str, str], plugins: list[str], site: Path | None) -
     env["PYTHONPATH"] = os.pathsep.join(paths)
     # An empty VLLM_PLUGINS loads no general plugin (vLLM splits it on commas).
     env["VLLM_PLUGINS"] = ",".join(plugins)
+    env.update(MULTICAST_OFF)
     return env

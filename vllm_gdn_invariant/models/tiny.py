@@ -46,6 +46,11 @@ TINY_QWEN3_NEXT: dict[str, Any] = {
 }
 
 
+# The demo's workload (the shadow engine check runs it too): a short target among six others.
+DEMO_TARGET_WORDS = 12
+DEMO_OTHER_WORDS = (300, 37, 64, 5, 150, 1)
+
+
 def words(n: int, start: int = 0) -> str:
     """A prompt of ``n`` vocabulary words."""
     count = VOCAB_SIZE - len(SPECIAL_TOKENS)

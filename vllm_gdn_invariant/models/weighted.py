@@ -218,6 +218,42 @@ def qwen3_5_weights(text: dict[str, Any], seed: int) -> dict[str, torch.Tensor]:
 
 MODELS = ("qwen3_next", "qwen3_5")
 
+# What vLLM shards across tensor-parallel ranks, per model: every count must divide by the size.
+SHARDED_BY_TENSOR_PARALLEL = (
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "num_attention_heads",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+)
+
+
+def text_config(model: str) -> dict[str, Any]:
+    """The language model's configuration of :data:`MODELS` ``model`` (Qwen3.5: its text part)."""
+    if model not in MODELS:
+        raise ValueError(f"model={model!r} is not one of {', '.join(MODELS)}")
+    return dict(QWEN3_NEXT_E2E) if model == "qwen3_next" else dict(QWEN3_5_TEXT)
+
+
+def tensor_parallel_problems(model: str, size: int) -> list[str]:
+    """Why ``model`` cannot run at tensor-parallel ``size`` (empty: it can). The sharded counts
+    (:data:`SHARDED_BY_TENSOR_PARALLEL`) must divide by ``size``; the attention's KV heads are
+    split (``size`` divides them) or replicated (they divide ``size``), as vLLM allows."""
+    config = text_config(model)
+    problems = [
+        f"{model}: {name}={config[name]} does not divide by tensor_parallel_size={size}"
+        for name in SHARDED_BY_TENSOR_PARALLEL
+        if name in config and config[name] % size
+    ]
+    kv_heads = config["num_key_value_heads"]
+    if kv_heads % size and size % kv_heads:
+        problems.append(
+            f"{model}: num_key_value_heads={kv_heads} neither divides nor is divided by "
+            f"tensor_parallel_size={size}"
+        )
+    return problems
+
 
 def write_weighted_model(folder: str | Path, model: str = "qwen3_next", seed: int = 0) -> Path:
     """Write config, word-level tokenizer and seeded ``model.safetensors`` (bf16) into
