@@ -1,19 +1,22 @@
-"""The shadow checker in vLLM's engine, with the routing on and off, as JSON with provenance.
+"""The shadow checker in vLLM's engine, per plugin mode, as JSON with provenance.
 
-    python scripts/shadow_engine_check.py --out shadow_engine.json [--model DIR]
+    python scripts/shadow_engine_check.py --out shadow_engine.json [--model DIR] [--arms ...]
 
 For each arm it runs vLLM's ``LLM`` (in a child process) with the plugin and
 ``VLLM_GDN_INVARIANT_SHADOW=1.0,ref=golden+decode``: arm ``route`` (``VLLM_GDN_INVARIANT_MODE=
-route``: mixed steps' decode rows routed) and arm ``off`` (mode off: only the shadow hooks,
-vLLM's own mixed path). The workload is the demo's: requests of 1 to 300 words under a 64-token
-budget, so steps mix decode rows and prefill chunks. On CUDA the engine runs with
+route``: mixed steps' decode rows routed), arm ``off`` (mode off: only the shadow hooks,
+vLLM's own mixed path) and arm ``golden`` (mode golden: every decode row served by the golden
+kernels, or on CPU by the goldens, and recomputed by the goldens from the same inputs). The
+workload is the demo's: requests of 1 to 300 words under a 64-token budget, so steps mix
+decode rows and prefill chunks. On CUDA the engine runs with
 ``cudagraph_mode=PIECEWISE`` (a FULL-graph replay runs no Python: the hooks would see mixed
 steps only); on CPU eager.
 
 The report gives, per arm, reference, provider and step kind: checks, checks with a
 difference by field and the max ULP distance by field. Expected: reference ``decode`` 0 for
 providers ``vllm-packed-decode`` and ``routed`` and > 0 (fp32 state) for ``vllm-mixed``;
-reference ``golden`` the provider-agreement distance. Model: ``--model`` (dummy weights), by
+reference ``golden`` the provider-agreement distance in arms ``route`` and ``off``, and 0 in
+every field for every check of arm ``golden``. Model: ``--model`` (dummy weights), by
 default a Qwen3-Next of 8 layers with Qwen3-Next's GDN head counts (scripts/bench_shadow.py)
 on CUDA and the tiny Qwen3-Next on CPU.
 """
@@ -37,7 +40,7 @@ from vllm_gdn_invariant.models.tiny import DEMO_OTHER_WORDS, DEMO_TARGET_WORDS  
 from vllm_gdn_invariant.shadow.record import FIELDS, read_records  # noqa: E402
 
 SCHEMA = "vllm-gdn-invariant/shadow-engine-check/1"
-ARMS = ("route", "off")
+ARMS = ("route", "off", "golden")
 ENV_PREFIX = "VLLM_GDN_INVARIANT"
 
 
@@ -114,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="JSON file to write")
     parser.add_argument("--model", help="a model folder (dummy weights)")
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument(
+        "--arms",
+        default=",".join(ARMS),
+        type=lambda text: [a.strip() for a in text.split(",")],
+        help=f"comma-separated, of {', '.join(ARMS)} (default: all)",
+    )
     parser.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -122,9 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown or not args.arms:
+        parser.error(f"--arms: {', '.join(unknown) or 'none given'}; valid: {', '.join(ARMS)}")
     root = Path(tempfile.mkdtemp(prefix="shadow_engine_"))
     report = {"schema": SCHEMA, "provenance": provenance(), "arms": {}}
-    for arm in ARMS:
+    for arm in args.arms:
         folder = root / arm
         folder.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
