@@ -109,6 +109,14 @@ def test_tensor_parallel_two_fits_both_models_and_needs_two_gpus(tmp_path, capsy
     assert not out.exists()
 
 
+def test_cpu_ranks_get_equal_disjoint_thread_groups():
+    assert determinism.cpu_thread_binding(2, [0, 1]) == "0|1"
+    assert determinism.cpu_thread_binding(2, [4, 5, 6, 7, 0, 1, 2, 3]) == "0,1,2,3|4,5,6,7"
+    assert determinism.cpu_thread_binding(1, [0, 1]) == "0,1"
+    with pytest.raises(ValueError, match="2 CPU ranks need 2 CPUs; this process may use 1"):
+        determinism.cpu_thread_binding(2, [0])
+
+
 def test_every_engine_process_runs_with_nvlink_multicast_off(tmp_path):
     base = {**os.environ, "NCCL_NVLS_ENABLE": "1"}
     env = engine_env(base, [PLUGIN], plugin_site(tmp_path / "site"))

@@ -7,6 +7,9 @@ build has no MoE backend that declares batch invariance, so under the mode it re
 tiny Qwen3-Next at its MoE layers, with or without the plugin, before it reaches the GDN
 backend check (tested directly in ``test_selector.py``). The plugin is still loaded and
 applies every batch-invariance patch in the engine core and the worker, which this test pins.
+
+At tensor parallel 2 (two CPU workers, threads bound one group per rank) the script's path runs
+end to end and the plugin patches every rank.
 """
 
 from __future__ import annotations
@@ -25,11 +28,10 @@ pytestmark = [pytest.mark.engine, requires_ci_environment]
 BI_LABELS = ("qwen-gdn-backend", "triton-prefill", "float32-gdn-state", "chunk-grid-64")
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    out = tmp_path_factory.mktemp("e2e") / "e2e.json"
+def run_script(out, arms: str, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_GDN_INVARIANT")}
     env.pop("VLLM_PLUGINS", None)
+    env.pop("VLLM_CPU_OMP_THREADS_BIND", None)
     proc = subprocess.run(
         [
             sys.executable,
@@ -39,7 +41,7 @@ def report(tmp_path_factory):
             "--models",
             "qwen3_next",
             "--arms",
-            "2,4",
+            arms,
             "--settings",
             "eager",
             "--attention-backend",
@@ -48,6 +50,7 @@ def report(tmp_path_factory):
             "",
             "--gpu-memory-utilization",
             "0.2",
+            *extra,
         ],
         env=env,
         capture_output=True,
@@ -55,7 +58,13 @@ def report(tmp_path_factory):
         timeout=900,
     )
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    return {case["arm"]: case for case in json.loads(out.read_text())["cases"]}, proc
+    data = json.loads(out.read_text())
+    return {case["arm"]: case for case in data["cases"]}, proc
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    return run_script(tmp_path_factory.mktemp("e2e") / "e2e.json", "2,4")
 
 
 def test_the_plugin_serves_the_weighted_model_with_varying_greedy_tokens(report):
@@ -81,3 +90,16 @@ def test_under_batch_invariant_mode_every_engine_process_applies_the_patches(rep
     assert any("Worker" in line for line in lines)
     for label in BI_LABELS:
         assert all(label in line for line in lines), label
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two CPU ranks need two CPUs")
+def test_tensor_parallel_two_runs_with_the_plugin_on_every_rank(tmp_path):
+    cases, proc = run_script(tmp_path / "e2e.json", "2", "--tensor-parallel-size", "2")
+    served = cases[2]
+    assert served["refused"] is None and not served.get("error"), proc.stdout[-3000:]
+    assert served["tensor_parallel_size"] == 2
+    assert len(served["tokens_alone"]) == len(served["tokens_batched"]) == 64
+    processes = " ".join(served["plugin_log"])
+    for process in ("EngineCore", "VllmWorker-0", "VllmWorker-1"):
+        assert process in processes, served["plugin_log"]
+    assert "tp2:" in proc.stdout
