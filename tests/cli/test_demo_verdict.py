@@ -22,7 +22,7 @@ def report(alone: list[float], batched: list[float], caveat: str | None = None) 
         plugin="patched",
         device="test",
         batch_invariant=True,
-        compared=demo.what_is_compared(True, len(alone), "tiny"),
+        compared=demo.what_is_compared(True, len(alone), "tiny", "route"),
         caveat=caveat,
         tokens_identical=same,
         logprobs_identical=bits_same,
@@ -58,7 +58,8 @@ def test_a_non_integer_environment_value_is_refused_by_name():
 def test_the_report_says_what_was_compared_and_the_cpu_caveat():
     lines = "\n".join(report([-0.5], [-0.5], caveat=demo.CPU_CAVEAT).lines())
     assert "VLLM_BATCH_INVARIANT: 1" in lines
-    assert "plugin + VLLM_BATCH_INVARIANT=1" in lines and "bit for bit" in lines
+    assert "plugin (mode route) + VLLM_BATCH_INVARIANT=1" in lines and "bit for bit" in lines
+    assert "; plugin (mode golden); " in demo.what_is_compared(False, 4, "tiny", "golden")
     assert "CPU run:  vLLM's CPU build runs GDN layers through forward_cpu" in lines
     assert "CPU run" not in "\n".join(report([-0.5], [-0.5]).lines())
 

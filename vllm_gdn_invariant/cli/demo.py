@@ -178,10 +178,10 @@ def choose_batch_invariant(flag: bool | None, environ: dict[str, str], cuda: boo
     return cuda
 
 
-def what_is_compared(batch_invariant: bool, max_tokens: int, model: str) -> str:
-    """One sentence: the comparison the demo makes."""
+def what_is_compared(batch_invariant: bool, max_tokens: int, model: str, mode: str) -> str:
+    """One sentence: the comparison the demo makes (``mode``: the plugin's mode)."""
     others = ", ".join(map(str, DEMO_OTHER_WORDS))
-    mode = "plugin + VLLM_BATCH_INVARIANT=1" if batch_invariant else "plugin (mode route)"
+    mode = f"plugin (mode {mode})" + (" + VLLM_BATCH_INVARIANT=1" if batch_invariant else "")
     return (
         f"{model}; a {DEMO_TARGET_WORDS}-word prompt, {max_tokens} greedy tokens with "
         f"logprobs, alone vs among {len(DEMO_OTHER_WORDS)} others of {others} words under a "
@@ -271,7 +271,7 @@ def run_demo(
         plugin=status.summary(),
         device=str(current_platform.device_name),
         batch_invariant=batch_invariant,
-        compared=what_is_compared(batch_invariant, max_tokens, model),
+        compared=what_is_compared(batch_invariant, max_tokens, model, status.config.mode.value),
         caveat=CPU_CAVEAT if current_platform.is_cpu() else None,
         tokens_identical=tokens_identical,
         logprobs_identical=logprobs_identical,
