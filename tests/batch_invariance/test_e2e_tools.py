@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from vllm_gdn_invariant.e2e import determinism
+from vllm_gdn_invariant.e2e import bench, determinism, ranks
 from vllm_gdn_invariant.e2e.determinism import Completion, cases_for, compare, root_cause
 from vllm_gdn_invariant.e2e.plugin_site import (
     CONTROL_WITHOUT_ROUTING,
@@ -110,11 +110,40 @@ def test_tensor_parallel_two_fits_both_models_and_needs_two_gpus(tmp_path, capsy
 
 
 def test_cpu_ranks_get_equal_disjoint_thread_groups():
-    assert determinism.cpu_thread_binding(2, [0, 1]) == "0|1"
-    assert determinism.cpu_thread_binding(2, [4, 5, 6, 7, 0, 1, 2, 3]) == "0,1,2,3|4,5,6,7"
-    assert determinism.cpu_thread_binding(1, [0, 1]) == "0,1"
+    assert ranks.cpu_thread_binding(2, [0, 1]) == "0|1"
+    assert ranks.cpu_thread_binding(2, [4, 5, 6, 7, 0, 1, 2, 3]) == "0,1,2,3|4,5,6,7"
+    assert ranks.cpu_thread_binding(1, [0, 1]) == "0,1"
     with pytest.raises(ValueError, match="2 CPU ranks need 2 CPUs; this process may use 1"):
-        determinism.cpu_thread_binding(2, [0])
+        ranks.cpu_thread_binding(2, [0])
+
+
+def test_cpu_ranks_are_bound_only_when_several_and_unset(monkeypatch):
+    monkeypatch.delenv(ranks.CPU_BINDING_ENV, raising=False)
+    assert ranks.thread_binding_for(1, None) is None
+    assert ranks.thread_binding_for(2, 2) is None  # GPUs: vLLM binds nothing
+    monkeypatch.setattr(ranks.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert ranks.thread_binding_for(2, None) == "0|1"
+    monkeypatch.setenv(ranks.CPU_BINDING_ENV, "0-1|2-3")
+    assert ranks.thread_binding_for(2, None) is None  # the user's binding stands
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--tensor-parallel-size", "3"], "bench model: linear_num_key_heads=16 does not divide"),
+        (["--tiny", "--tensor-parallel-size", "4"], "tiny Qwen3-Next: linear_num_key_heads=2"),
+        (["--tensor-parallel-size", "0"], "--tensor-parallel-size must be at least 1"),
+    ],
+)
+def test_the_benchmark_refuses_a_tensor_parallel_size_its_model_cannot_take(
+    tmp_path, capsys, argv, words
+):
+    out = tmp_path / "bench.json"
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--out", str(out), *argv])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_every_engine_process_runs_with_nvlink_multicast_off(tmp_path):

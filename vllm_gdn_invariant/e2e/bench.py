@@ -37,7 +37,14 @@ from typing import Any
 
 from vllm_gdn_invariant.e2e.determinism import root_cause
 from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site
+from vllm_gdn_invariant.e2e.ranks import (
+    CPU_BINDING_ENV,
+    rank_problems,
+    thread_binding_for,
+    visible_gpus,
+)
 from vllm_gdn_invariant.models.tiny import TINY_QWEN3_NEXT, words, write_tiny_model
+from vllm_gdn_invariant.models.weighted import sharding_problems
 
 PROTOCOL = "GDNBENCH "
 BENCH_MODEL: dict[str, Any] = {
@@ -155,6 +162,8 @@ class Engine:
         env = engine_env(os.environ, ARMS[arm]["plugins"], site)
         env["VLLM_BATCH_INVARIANT"] = "1" if ARMS[arm]["batch_invariant"] else "0"
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if spec.get("cpu_thread_binding"):
+            env[CPU_BINDING_ENV] = spec["cpu_thread_binding"]
         self.log = log.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vllm_gdn_invariant.e2e.bench", "--serve", json.dumps(spec)],
@@ -315,16 +324,31 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--arms: {', '.join(unknown) or 'empty'}; valid: {', '.join(ARMS)}")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    model = TINY_QWEN3_NEXT if args.tiny else BENCH_MODEL
+    tp = args.tensor_parallel_size
+    if tp < 1:
+        parser.error("--tensor-parallel-size must be at least 1")
+    problems = sharding_problems(model, tp, "tiny Qwen3-Next" if args.tiny else "bench model")
+    if problems:
+        parser.error("--tensor-parallel-size: " + "; ".join(problems))
+    gpus = visible_gpus()
+    problem = rank_problems(tp, gpus)
+    if problem:
+        parser.error(problem)
+    try:
+        binding = thread_binding_for(tp, gpus)
+    except ValueError as exc:
+        parser.error(f"--tensor-parallel-size: {exc}")
     from vllm_gdn_invariant.harness.provenance import provenance
 
     work = Path(tempfile.mkdtemp(prefix="gdn_bench_"))
     site = plugin_site(work / "plugin-site")
-    model = TINY_QWEN3_NEXT if args.tiny else BENCH_MODEL
     model_dir = write_tiny_model(work / "model", **model)
     spec = {
         "scale": 8 if args.tiny else 1,
         "model_dir": str(model_dir),
         "tensor_parallel_size": args.tensor_parallel_size,
+        "cpu_thread_binding": binding,
         "cuda_graphs": not args.eager,
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) or None,

@@ -40,6 +40,12 @@ from vllm_gdn_invariant.e2e.plugin_site import (
     engine_env,
     plugin_site,
 )
+from vllm_gdn_invariant.e2e.ranks import (
+    CPU_BINDING_ENV,
+    rank_problems,
+    thread_binding_for,
+    visible_gpus,
+)
 from vllm_gdn_invariant.models.tiny import words
 from vllm_gdn_invariant.models.weighted import (
     MODELS,
@@ -340,7 +346,7 @@ def run_in_subprocess(
     env["VLLM_BATCH_INVARIANT"] = "1" if arm.batch_invariant else "0"
     env.setdefault("PYTHONUNBUFFERED", "1")
     if args.cpu_thread_binding:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = args.cpu_thread_binding
+        env[CPU_BINDING_ENV] = args.cpu_thread_binding
     with tempfile.TemporaryDirectory(prefix="gdn_e2e_case_") as tmp:
         result_path = Path(tmp) / "result.json"
         command = [
@@ -415,24 +421,6 @@ def merge(out: Path, inputs: list[Path]) -> None:
             cases[key] = case
     merged = sorted(cases.values(), key=lambda c: (c["model"], c["arm"], c["setting"]))
     write_json(out, {"merged_from": [p.name for p in inputs], "runs": runs}, merged)
-
-
-def cpu_thread_binding(ranks: int, cpus: list[int]) -> str:
-    """``VLLM_CPU_OMP_THREADS_BIND`` for ``ranks`` CPU workers: ``cpus`` split into equal
-    contiguous groups (vLLM's automatic binding wants a NUMA node per rank)."""
-    if len(cpus) < ranks:
-        raise ValueError(f"{ranks} CPU ranks need {ranks} CPUs; this process may use {len(cpus)}")
-    per = len(cpus) // ranks
-    groups = [sorted(cpus)[r * per : (r + 1) * per] for r in range(ranks)]
-    return "|".join(",".join(map(str, group)) for group in groups)
-
-
-def visible_gpus() -> int | None:
-    """CUDA devices this process sees; None without CUDA (vLLM's CPU build runs ranks as
-    processes)."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else None
 
 
 def parse_list(text: str, kind: type, choices: Any, name: str) -> list:
@@ -517,17 +505,13 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         parser.error("--tensor-parallel-size: " + "; ".join(problems))
     gpus = visible_gpus()
-    if gpus is not None and gpus < args.tensor_parallel_size:
-        parser.error(
-            f"--tensor-parallel-size {args.tensor_parallel_size} needs as many GPUs; "
-            f"this machine shows {gpus}"
-        )
-    args.cpu_thread_binding = None
-    if gpus is None and tp > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-        try:
-            args.cpu_thread_binding = cpu_thread_binding(tp, sorted(os.sched_getaffinity(0)))
-        except ValueError as exc:
-            parser.error(f"--tensor-parallel-size: {exc}")
+    problem = rank_problems(tp, gpus)
+    if problem:
+        parser.error(problem)
+    try:
+        args.cpu_thread_binding = thread_binding_for(tp, gpus)
+    except ValueError as exc:
+        parser.error(f"--tensor-parallel-size: {exc}")
     if not args.out.parent.is_dir():
         parser.error(f"--out: folder {args.out.parent} does not exist")
     if args.merge:

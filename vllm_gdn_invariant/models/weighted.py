@@ -236,23 +236,28 @@ def text_config(model: str) -> dict[str, Any]:
     return dict(QWEN3_NEXT_E2E) if model == "qwen3_next" else dict(QWEN3_5_TEXT)
 
 
-def tensor_parallel_problems(model: str, size: int) -> list[str]:
-    """Why ``model`` cannot run at tensor-parallel ``size`` (empty: it can). The sharded counts
+def sharding_problems(config: dict[str, Any], size: int, name: str) -> list[str]:
+    """Why a model of ``config`` (named ``name`` in the messages) cannot run at
+    tensor-parallel ``size`` (empty: it can). The sharded counts
     (:data:`SHARDED_BY_TENSOR_PARALLEL`) must divide by ``size``; the attention's KV heads are
     split (``size`` divides them) or replicated (they divide ``size``), as vLLM allows."""
-    config = text_config(model)
     problems = [
-        f"{model}: {name}={config[name]} does not divide by tensor_parallel_size={size}"
-        for name in SHARDED_BY_TENSOR_PARALLEL
-        if name in config and config[name] % size
+        f"{name}: {key}={config[key]} does not divide by tensor_parallel_size={size}"
+        for key in SHARDED_BY_TENSOR_PARALLEL
+        if key in config and config[key] % size
     ]
     kv_heads = config["num_key_value_heads"]
     if kv_heads % size and size % kv_heads:
         problems.append(
-            f"{model}: num_key_value_heads={kv_heads} neither divides nor is divided by "
+            f"{name}: num_key_value_heads={kv_heads} neither divides nor is divided by "
             f"tensor_parallel_size={size}"
         )
     return problems
+
+
+def tensor_parallel_problems(model: str, size: int) -> list[str]:
+    """:func:`sharding_problems` of :data:`MODELS` ``model``."""
+    return sharding_problems(text_config(model), size, model)
 
 
 def write_weighted_model(folder: str | Path, model: str = "qwen3_next", seed: int = 0) -> Path:
