@@ -98,7 +98,7 @@ def test_bad_arguments_exit_2_before_anything_is_written(tmp_path, capsys, argv,
 def test_tensor_parallel_two_fits_both_models_and_needs_two_gpus(tmp_path, capsys, monkeypatch):
     assert tensor_parallel_problems("qwen3_next", 2) == []
     assert tensor_parallel_problems("qwen3_5", 2) == []
-    monkeypatch.setattr(determinism, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(ranks, "visible_gpus", lambda: 1)
     out = tmp_path / "e2e.json"
     with pytest.raises(SystemExit) as info:
         determinism.main(["--out", str(out), "--tensor-parallel-size", "2"])

@@ -37,12 +37,7 @@ from typing import Any
 
 from vllm_gdn_invariant.e2e.determinism import root_cause
 from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site
-from vllm_gdn_invariant.e2e.ranks import (
-    CPU_BINDING_ENV,
-    rank_problems,
-    thread_binding_for,
-    visible_gpus,
-)
+from vllm_gdn_invariant.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel
 from vllm_gdn_invariant.models.tiny import TINY_QWEN3_NEXT, words, write_tiny_model
 from vllm_gdn_invariant.models.weighted import sharding_problems
 
@@ -325,20 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     model = TINY_QWEN3_NEXT if args.tiny else BENCH_MODEL
-    tp = args.tensor_parallel_size
-    if tp < 1:
-        parser.error("--tensor-parallel-size must be at least 1")
-    problems = sharding_problems(model, tp, "tiny Qwen3-Next" if args.tiny else "bench model")
-    if problems:
-        parser.error("--tensor-parallel-size: " + "; ".join(problems))
-    gpus = visible_gpus()
-    problem = rank_problems(tp, gpus)
-    if problem:
-        parser.error(problem)
+    name = "tiny Qwen3-Next" if args.tiny else "bench model"
     try:
-        binding = thread_binding_for(tp, gpus)
+        binding = check_tensor_parallel(
+            args.tensor_parallel_size, lambda size: sharding_problems(model, size, name)
+        )
     except ValueError as exc:
-        parser.error(f"--tensor-parallel-size: {exc}")
+        parser.error(str(exc))
     from vllm_gdn_invariant.harness.provenance import provenance
 
     work = Path(tempfile.mkdtemp(prefix="gdn_bench_"))

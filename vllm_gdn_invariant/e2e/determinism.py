@@ -40,12 +40,7 @@ from vllm_gdn_invariant.e2e.plugin_site import (
     engine_env,
     plugin_site,
 )
-from vllm_gdn_invariant.e2e.ranks import (
-    CPU_BINDING_ENV,
-    rank_problems,
-    thread_binding_for,
-    visible_gpus,
-)
+from vllm_gdn_invariant.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel, visible_gpus
 from vllm_gdn_invariant.models.tiny import words
 from vllm_gdn_invariant.models.weighted import (
     MODELS,
@@ -498,20 +493,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
-    if args.tensor_parallel_size < 1:
-        parser.error("--tensor-parallel-size must be at least 1")
-    tp = args.tensor_parallel_size
-    problems = [p for model in args.models for p in tensor_parallel_problems(model, tp)]
-    if problems:
-        parser.error("--tensor-parallel-size: " + "; ".join(problems))
-    gpus = visible_gpus()
-    problem = rank_problems(tp, gpus)
-    if problem:
-        parser.error(problem)
     try:
-        args.cpu_thread_binding = thread_binding_for(tp, gpus)
+        args.cpu_thread_binding = check_tensor_parallel(
+            args.tensor_parallel_size,
+            lambda size: [p for m in args.models for p in tensor_parallel_problems(m, size)],
+        )
     except ValueError as exc:
-        parser.error(f"--tensor-parallel-size: {exc}")
+        parser.error(str(exc))
     if not args.out.parent.is_dir():
         parser.error(f"--out: folder {args.out.parent} does not exist")
     if args.merge:
@@ -539,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
         weights_seed=args.seed,
         tensor_parallel_size=args.tensor_parallel_size,
-        visible_gpus=gpus,
+        visible_gpus=visible_gpus(),
         cpu_thread_binding=args.cpu_thread_binding,
         attention_backend=args.attention_backend or None,
         prefill_backend=args.prefill_backend or None,

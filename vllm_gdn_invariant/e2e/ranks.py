@@ -8,6 +8,7 @@ a NUMA node by default, and refuses more ranks than nodes; ``VLLM_CPU_OMP_THREAD
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 CPU_BINDING_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
@@ -43,3 +44,22 @@ def thread_binding_for(size: int, gpus: int | None) -> str | None:
     if gpus is not None or size <= 1 or CPU_BINDING_ENV in os.environ:
         return None
     return cpu_thread_binding(size, sorted(os.sched_getaffinity(0)))
+
+
+def check_tensor_parallel(size: int, sharding_problems: Callable[[int], list[str]]) -> str | None:
+    """Validate ``--tensor-parallel-size`` ``size`` for a script whose models' sharding
+    problems at a size are ``sharding_problems(size)``; return the CPU thread binding to give
+    the engines (None: none needed). Raises ValueError with the message for the user."""
+    if size < 1:
+        raise ValueError("--tensor-parallel-size must be at least 1")
+    problems = sharding_problems(size)
+    if problems:
+        raise ValueError("--tensor-parallel-size: " + "; ".join(problems))
+    gpus = visible_gpus()
+    problem = rank_problems(size, gpus)
+    if problem:
+        raise ValueError(problem)
+    try:
+        return thread_binding_for(size, gpus)
+    except ValueError as exc:
+        raise ValueError(f"--tensor-parallel-size: {exc}") from None
