@@ -14,12 +14,13 @@ synchronizations; the median over rounds of the mean step time is reported, with
 ``off``. It also reports the device memory a checked step adds (peak minus before).
 
 Engine level (``--engine``): vLLM's ``LLM`` in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
-with the plugin and the shadow checker on, on a model folder (default: a Qwen3-Next of 8
-layers with Qwen3-Next's GDN head counts and dummy weights), ``--batch`` one-word prompts
-decoding ``--max-tokens`` tokens; rounds alternate the arms by taking the shadow wrappers
-off and putting them back with a checker of that rate. The step time is the round's wall
-time over the tokens per request. CUDA graphs: decode-only steps in FULL graphs never run
-the Python hook, so the engine runs with ``cudagraph_mode=PIECEWISE`` (``--eager``: no graphs).
+with the plugin and the shadow checker on, on a model folder (default: the engine benchmarks'
+Qwen3-Next of 8 layers with Qwen3-Next's GDN head counts, ``BENCH_QWEN3_NEXT``, dummy
+weights), ``--batch`` one-word prompts decoding ``--max-tokens`` tokens; rounds alternate
+the arms by taking the shadow wrappers off and putting them back with a checker of that
+rate. The step time is the round's wall time over the tokens per request. CUDA graphs:
+decode-only steps in FULL graphs never run the Python hook, so the engine runs with
+``cudagraph_mode=PIECEWISE`` (``--eager``: no graphs).
 
 Writes JSON with provenance (harness/provenance.py) and prints the ratios.
 """
@@ -43,7 +44,17 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
 
+from vllm_gdn_invariant.e2e.engine_options import (  # noqa: E402
+    add_engine_arguments,
+    engine_options,
+)
+from vllm_gdn_invariant.e2e.plugin_site import (  # noqa: E402
+    PLUGIN,
+    installed_entry_point,
+    plugin_site,
+)
 from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
+from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT, words, write_tiny_model  # noqa: E402
 from vllm_gdn_invariant.shadow import checker as checker_module  # noqa: E402
 from vllm_gdn_invariant.shadow.config import parse_shadow  # noqa: E402
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics  # noqa: E402
@@ -57,23 +68,6 @@ LAYER_CASES = [
     (64, torch.bfloat16),
     (256, torch.bfloat16),
 ]
-ENGINE_MODEL = {  # Qwen3-Next's GDN head counts and dims, 8 layers, small MoE
-    "hidden_size": 2048,
-    "num_hidden_layers": 8,
-    "full_attention_interval": 4,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "num_experts": 16,
-    "num_experts_per_tok": 4,
-    "moe_intermediate_size": 512,
-    "shared_expert_intermediate_size": 512,
-    "intermediate_size": 5120,
-}
 
 
 def make_checker(rate: str, folder: Path) -> checker_module.ShadowChecker:
@@ -228,14 +222,15 @@ def bench_layer(args: argparse.Namespace, folder: Path) -> list[dict]:
 
 def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the model runs in this process
-    os.environ["VLLM_PLUGINS"] = "gdn_invariant"
+    os.environ["VLLM_PLUGINS"] = PLUGIN
     os.environ["VLLM_GDN_INVARIANT_SHADOW"] = f"1,ref=golden,out={folder}/engine.jsonl"
+    if not installed_entry_point():  # the project on PYTHONPATH only: declare its entry point
+        sys.path.insert(0, str(plugin_site(folder / "plugin-site")))
     from vllm import LLM, SamplingParams
 
-    from vllm_gdn_invariant.models.tiny import words, write_tiny_model
     from vllm_gdn_invariant.plugin.entry import registered_status
 
-    model = args.model or str(write_tiny_model(folder / "model", **ENGINE_MODEL))
+    model = args.model or str(write_tiny_model(folder / "model", **BENCH_QWEN3_NEXT))
     options = (
         {"enforce_eager": True}
         if args.eager
@@ -247,9 +242,14 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
         max_model_len=args.max_tokens + 16,
         max_num_seqs=args.batch,
         enable_prefix_caching=False,
-        gpu_memory_utilization=0.5 if torch.cuda.is_available() else 0.2,
         seed=0,
         **options,
+        **engine_options(
+            args.attention_backend,
+            args.prefill_backend,
+            args.gpu_memory_utilization,
+            args.kv_cache_gib,
+        ),
     )
     status = registered_status()
     wrappers = [p for p in status.patches if p.name.endswith("(shadow)")]
@@ -277,7 +277,7 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
             samples[arm].append(run(arm))
     result = {
         "level": "engine",
-        "model": model if args.model else {"tiny qwen3-next": ENGINE_MODEL},
+        "model": model if args.model else {"BENCH_QWEN3_NEXT": BENCH_QWEN3_NEXT},
         "batch": args.batch,
         "max_tokens": args.max_tokens,
         "cuda_graphs": "none (enforce_eager)" if args.eager else "PIECEWISE",
@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="engine: requests per round")
     parser.add_argument("--max-tokens", type=int, default=128, help="engine: tokens per request")
     parser.add_argument("--eager", action="store_true", help="engine: no CUDA graphs")
+    add_engine_arguments(parser, gpu_memory_utilization=0.2)
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="bench_shadow_"))
     results = bench_engine(args, folder) if args.engine else bench_layer(args, folder)

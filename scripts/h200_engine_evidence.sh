@@ -5,22 +5,32 @@
 #   call 1: bash .device-engine-so/stage.sh                       (carry .device-engine-so)
 #   call 2: source .device-engine/enter.sh && bash scripts/h200_engine_evidence.sh $OUT eager
 #   call 3: source .device-engine/enter.sh && bash scripts/h200_engine_evidence.sh $OUT graphs
-#   call 4: source .device-engine/enter.sh && bash scripts/h200_engine_evidence.sh $OUT bench
-# (calls 2-4 carry .device-engine; a machine idle for 30 s goes back, so issue them back to back.)
+#   ...     the other stages below, one call each or several in one call
+# (every call after the first carries .device-engine; a machine idle for 30 s goes back, so
+# issue them back to back.)
+# Usage: h200_engine_evidence.sh OUT STAGE [LIMIT]; E2E_MODELS (default "qwen3_next qwen3_5").
 # Stages:
-#   eager   e2e arms 1-5 eager for both models, the GPU kernel tests of batch-invariant mode and
-#           of the shadow checker, the shadow engine check (modes route, off, golden); in parallel
-#   graphs  e2e arms 4 and 5 in vLLM's default setting (torch.compile, CUDA graphs, prefix
-#           caching) for both models, one process per model and arm, in parallel
-#   bench   the engine benchmark, then the shadow overhead in the engine (alone on the GPU)
+#   eager         e2e arms 1-5 eager per model, the GPU kernel tests of batch-invariant mode and
+#                 of the shadow checker; in parallel
+#   graphs        e2e arms 4 and 5 in vLLM's default setting (torch.compile, CUDA graphs, prefix
+#                 caching) per model, one process per model and arm, in parallel
+#   bench         the engine benchmark (alone on the GPU)
+#   shadow        the shadow engine check, one process per mode (route, off, golden), and the
+#                 prefill stage diagnostic; in parallel
+#   shadow-bench  the shadow overhead in the engine (alone on the GPU)
+# Engines that start together get a fixed KV cache (--kv-cache-gib), so that none sizes its
+# cache from the memory the others happen to hold at that moment.
 # Merge afterwards: python scripts/e2e_determinism.py --out docs/evidence/e2e_determinism.json \
 #   --merge <the e2e_*.json files>
 set -u
 out=$1
 stage=$2
 limit=${3:-560}
+mkdir -p "$out"
 export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-/tmp/vllm-cache}
-e2e=(python scripts/e2e_determinism.py --gpu-memory-utilization 0.12 --case-timeout 300)
+models=${E2E_MODELS:-qwen3_next qwen3_5}
+e2e=(python scripts/e2e_determinism.py --gpu-memory-utilization 0.12 --kv-cache-gib 2
+  --case-timeout "$limit")
 pids=()
 job() {  # job NAME COMMAND...: run in the background, cut at $limit, log to $out/NAME.log
   local name=$1
@@ -30,31 +40,39 @@ job() {  # job NAME COMMAND...: run in the background, cut at $limit, log to $ou
 }
 case $stage in
   eager)
-    for model in qwen3_next qwen3_5; do
+    for model in $models; do
       job "e2e_${model}_eager" "${e2e[@]}" --out "$out/e2e_${model}_eager.json" \
         --models "$model" --settings eager
     done
     job pytest_gpu python -m pytest -q -p no:cacheprovider -rs \
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_shadow_gpu.py
-    job shadow_engine python scripts/shadow_engine_check.py --out "$out/shadow_engine_0.26.0.json"
     ;;
   graphs)
-    for model in qwen3_next qwen3_5; do
+    for model in $models; do
       for arm in 4 5; do
-        job "e2e_${model}_default_arm${arm}" "${e2e[@]}" --case-timeout 540 \
+        job "e2e_${model}_default_arm${arm}" "${e2e[@]}" \
           --out "$out/e2e_${model}_default_arm${arm}.json" --models "$model" --arms "$arm" \
           --settings default
       done
     done
     ;;
   bench)
-    timeout "$limit" bash -c "python scripts/bench_engine.py --out '$out/bench_engine.json' \
-      --start-timeout 300 > '$out/bench_engine.log' 2>&1; python scripts/bench_shadow.py \
-      --engine --out '$out/bench_shadow_engine_0.26.0.json' > '$out/bench_shadow.log' 2>&1" &
-    pids+=($!)
+    job bench_engine python scripts/bench_engine.py --out "$out/bench_engine.json" \
+      --start-timeout 300
+    ;;
+  shadow)
+    for arm in route off golden; do
+      job "shadow_engine_$arm" python scripts/shadow_engine_check.py --kv-cache-gib 4 \
+        --arms "$arm" --out "$out/shadow_engine_${arm}_0.26.0.json"
+    done
+    job prefill_stage_bits python scripts/prefill_stage_bits.py --out "$out/prefill_stage_bits.json"
+    ;;
+  shadow-bench)
+    job bench_shadow python scripts/bench_shadow.py --engine \
+      --out "$out/bench_shadow_engine_0.26.0.json"
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs or bench)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, shadow or shadow-bench)" >&2
     exit 2
     ;;
 esac

@@ -17,8 +17,10 @@ difference by field and the max ULP distance by field. Expected: reference ``dec
 providers ``vllm-packed-decode`` and ``routed`` and > 0 (fp32 state) for ``vllm-mixed``;
 reference ``golden`` the provider-agreement distance in arms ``route`` and ``off``, and 0 in
 every field for every check of arm ``golden``. Model: ``--model`` (dummy weights), by
-default a Qwen3-Next of 8 layers with Qwen3-Next's GDN head counts (scripts/bench_shadow.py)
-on CUDA and the tiny Qwen3-Next on CPU.
+default the engine benchmarks' Qwen3-Next of 8 layers with Qwen3-Next's GDN head counts
+(``BENCH_QWEN3_NEXT``) on CUDA and the tiny Qwen3-Next on CPU. The plugin loads through the
+entry point of ``e2e/plugin_site.py`` (the project need not be installed); attention and GDN
+prefill backends and the KV cache as in the other engine scripts (``e2e/engine_options.py``).
 """
 
 from __future__ import annotations
@@ -35,31 +37,35 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
 
+from vllm_gdn_invariant.e2e.engine_options import (  # noqa: E402
+    add_engine_arguments,
+    engine_options,
+)
+from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site  # noqa: E402
 from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.models.tiny import DEMO_OTHER_WORDS, DEMO_TARGET_WORDS  # noqa: E402
+from vllm_gdn_invariant.models.tiny import (  # noqa: E402
+    BENCH_QWEN3_NEXT,
+    DEMO_OTHER_WORDS,
+    DEMO_TARGET_WORDS,
+    words,
+    write_tiny_model,
+)
 from vllm_gdn_invariant.shadow.record import FIELDS, read_records  # noqa: E402
 
 SCHEMA = "vllm-gdn-invariant/shadow-engine-check/1"
 ARMS = ("route", "off", "golden")
-ENV_PREFIX = "VLLM_GDN_INVARIANT"
 
 
-def child(arm: str, folder: Path, model: str | None, max_tokens: int) -> None:
+def child(arm: str, folder: Path, args: argparse.Namespace) -> None:
     """One arm: vLLM's LLM with the plugin and shadow on; records go to ``folder``."""
     import torch
     from vllm import LLM, SamplingParams
 
-    from vllm_gdn_invariant.models.tiny import words, write_tiny_model
-
     cuda = torch.cuda.is_available()
+    model = args.model
     if model is None:
-        if cuda:
-            sys.path.insert(0, str(REPO_ROOT / "scripts"))
-            from bench_shadow import ENGINE_MODEL
-
-            model = str(write_tiny_model(folder / "model", **ENGINE_MODEL))
-        else:
-            model = str(write_tiny_model(folder / "model"))
+        overrides = BENCH_QWEN3_NEXT if cuda else {}
+        model = str(write_tiny_model(folder / "model", **overrides))
     options = (
         {"compilation_config": {"cudagraph_mode": "PIECEWISE"}} if cuda else {"enforce_eager": True}
     )
@@ -71,10 +77,15 @@ def child(arm: str, folder: Path, model: str | None, max_tokens: int) -> None:
         max_num_seqs=8,
         max_num_batched_tokens=64,
         enable_prefix_caching=False,
-        gpu_memory_utilization=0.5 if cuda else 0.2,
         **options,
+        **engine_options(
+            args.attention_backend,
+            args.prefill_backend,
+            args.gpu_memory_utilization,
+            args.kv_cache_gib,
+        ),
     )
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
     target = words(DEMO_TARGET_WORDS, start=7)
     others = [words(n, start=31 * (i + 1)) for i, n in enumerate(DEMO_OTHER_WORDS)]
     llm.generate([target], params, use_tqdm=False)
@@ -123,11 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [a.strip() for a in text.split(",")],
         help=f"comma-separated, of {', '.join(ARMS)} (default: all)",
     )
+    add_engine_arguments(parser, gpu_memory_utilization=0.2)
     parser.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.folder, args.model, args.max_tokens)
+        child(args.child, args.folder, args)
         return 0
     if args.out is None:
         parser.error("--out is required")
@@ -135,18 +147,28 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not args.arms:
         parser.error(f"--arms: {', '.join(unknown) or 'none given'}; valid: {', '.join(ARMS)}")
     root = Path(tempfile.mkdtemp(prefix="shadow_engine_"))
-    report = {"schema": SCHEMA, "provenance": provenance(), "arms": {}}
+    site = plugin_site(root / "plugin-site")
+    engine = {
+        "attention_backend": args.attention_backend or None,
+        "prefill_backend": args.prefill_backend or None,
+        "kv_cache_gib": args.kv_cache_gib or None,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+    }
+    report = {"schema": SCHEMA, "provenance": provenance(engine=engine), "arms": {}}
     for arm in args.arms:
         folder = root / arm
         folder.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+        env = engine_env(os.environ, [PLUGIN], site)
         env.update(
-            VLLM_PLUGINS="gdn_invariant",
             VLLM_GDN_INVARIANT_MODE=arm,
             VLLM_GDN_INVARIANT_SHADOW=f"1.0,ref=golden+decode,out={folder}/shadow.jsonl",
         )
         command = [sys.executable, __file__, "--child", arm, "--folder", str(folder)]
         command += ["--max-tokens", str(args.max_tokens)]
+        command += ["--attention-backend", args.attention_backend]
+        command += ["--prefill-backend", args.prefill_backend]
+        command += ["--kv-cache-gib", str(args.kv_cache_gib)]
+        command += ["--gpu-memory-utilization", str(args.gpu_memory_utilization)]
         if args.model:
             command += ["--model", args.model]
         proc = subprocess.run(command, env=env, capture_output=True, text=True)

@@ -17,7 +17,7 @@ Workloads, per arm and round:
   for 1) / 256, decode-only steps at batch 32.
 
 The model has Qwen3-Next's GDN dimensions per layer (16 key heads, 32 value heads, 128-dim
-heads, 4-wide conv) with fewer layers and experts (``BENCH_MODEL``), and dummy weights: the
+heads, 4-wide conv) with fewer layers and experts (``BENCH_QWEN3_NEXT``), and dummy weights: the
 time goes to the same kernels as the full model's GDN layers.
 """
 
@@ -36,33 +36,18 @@ from pathlib import Path
 from typing import Any
 
 from vllm_gdn_invariant.e2e.determinism import root_cause
+from vllm_gdn_invariant.e2e.engine_options import add_engine_arguments, engine_options
 from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site
 from vllm_gdn_invariant.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel
-from vllm_gdn_invariant.models.tiny import TINY_QWEN3_NEXT, words, write_tiny_model
+from vllm_gdn_invariant.models.tiny import (
+    BENCH_QWEN3_NEXT,
+    TINY_QWEN3_NEXT,
+    words,
+    write_tiny_model,
+)
 from vllm_gdn_invariant.models.weighted import sharding_problems
 
 PROTOCOL = "GDNBENCH "
-BENCH_MODEL: dict[str, Any] = {
-    **TINY_QWEN3_NEXT,
-    "vocab_size": 32768,
-    "hidden_size": 2048,
-    "num_hidden_layers": 8,
-    "full_attention_interval": 4,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "linear_conv_kernel_dim": 4,
-    "num_experts": 64,
-    "num_experts_per_tok": 8,
-    "moe_intermediate_size": 512,
-    "shared_expert_intermediate_size": 512,
-    "intermediate_size": 5120,
-    "max_position_embeddings": 4096,
-}
 ARMS = {
     "vllm": {"plugins": [], "batch_invariant": False},
     "route": {"plugins": [PLUGIN], "batch_invariant": False},
@@ -97,16 +82,14 @@ def serve(spec: dict[str, Any]) -> None:
         max_model_len=2048,
         enforce_eager=not spec["cuda_graphs"],
         enable_prefix_caching=False,
-        gpu_memory_utilization=spec["gpu_memory_utilization"],
         seed=0,
-        logprobs_mode="processed_logprobs",
+        **engine_options(
+            spec["attention_backend"],
+            spec["prefill_backend"],
+            spec["gpu_memory_utilization"],
+            spec["kv_cache_gib"],
+        ),
     )
-    if spec.get("kv_cache_memory_bytes"):
-        kwargs["kv_cache_memory_bytes"] = spec["kv_cache_memory_bytes"]
-    if spec.get("attention_backend"):
-        kwargs["attention_backend"] = spec["attention_backend"]
-    if spec.get("prefill_backend"):
-        kwargs["additional_config"] = {"gdn_prefill_backend": spec["prefill_backend"]}
     try:
         llm = LLM(**kwargs)
     except Exception as exc:  # noqa: BLE001 - reported to the parent
@@ -125,7 +108,8 @@ def serve(spec: dict[str, Any]) -> None:
         seconds = time.perf_counter() - t0
         return seconds, sum(len(o.outputs[0].token_ids) for o in outputs)
 
-    timed(short_prompts[:4], 8)  # warm-up
+    timed(long_prompts, new_tokens)  # warm-up: every shape the timed workloads reach
+    timed(short_prompts, itl_tokens + 1)
     for line in sys.stdin:
         op = line.strip()
         if op == "quit":
@@ -273,19 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the plugin with VLLM_BATCH_INVARIANT=1, engines side by side, arms alternating.",
     )
     parser.add_argument("--out", type=Path, help="JSON file to write")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--arms", default="vllm,route,bi")
     parser.add_argument("--eager", action="store_true", help="enforce_eager (no CUDA graphs)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
-    parser.add_argument("--attention-backend", default="TRITON_ATTN")
-    parser.add_argument("--prefill-backend", default="triton")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.25)
-    parser.add_argument(
-        "--kv-cache-gib",
-        type=float,
-        default=8.0,
-        help="KV cache per engine (fixed, so that engines starting together size alike)",
-    )
+    add_engine_arguments(parser, gpu_memory_utilization=0.25, kv_cache_gib=8.0)
     parser.add_argument(
         "--start",
         choices=("concurrent", "sequential"),
@@ -319,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--arms: {', '.join(unknown) or 'empty'}; valid: {', '.join(ARMS)}")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    model = TINY_QWEN3_NEXT if args.tiny else BENCH_MODEL
+    model = TINY_QWEN3_NEXT if args.tiny else BENCH_QWEN3_NEXT
     name = "tiny Qwen3-Next" if args.tiny else "bench model"
     try:
         binding = check_tensor_parallel(
@@ -339,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_thread_binding": binding,
         "cuda_graphs": not args.eager,
         "gpu_memory_utilization": args.gpu_memory_utilization,
-        "kv_cache_memory_bytes": int(args.kv_cache_gib * 2**30) or None,
+        "kv_cache_gib": args.kv_cache_gib or None,
         "attention_backend": args.attention_backend or None,
         "prefill_backend": args.prefill_backend or None,
     }

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_gdn_invariant.e2e.engine_options import add_engine_arguments, engine_options
 from vllm_gdn_invariant.e2e.plugin_site import (
     CONTROL_WITHOUT_ROUTING,
     PLUGIN,
@@ -195,14 +196,14 @@ def llm_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
         enable_chunked_prefill=True,
         enable_prefix_caching=setting.prefix_caching,
         enforce_eager=not setting.cuda_graphs,
-        gpu_memory_utilization=spec["gpu_memory_utilization"],
         seed=0,
-        logprobs_mode="processed_logprobs",
+        **engine_options(
+            spec["attention_backend"],
+            spec["prefill_backend"],
+            spec["gpu_memory_utilization"],
+            spec["kv_cache_gib"],
+        ),
     )
-    if spec.get("attention_backend"):
-        kwargs["attention_backend"] = spec["attention_backend"]
-    if spec.get("prefill_backend"):
-        kwargs["additional_config"] = {"gdn_prefill_backend": spec["prefill_backend"]}
     if spec["model"] == "qwen3_5":
         kwargs["language_model_only"] = True
     return kwargs
@@ -334,6 +335,7 @@ def run_in_subprocess(
         "model_dir": str(model_dir),
         "attention_backend": args.attention_backend,
         "prefill_backend": args.prefill_backend,
+        "kv_cache_gib": args.kv_cache_gib,
         "gpu_memory_utilization": args.gpu_memory_utilization,
     }
     arm = ARMS[case.arm]
@@ -456,17 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and CUDA graphs, prefix caching on)",
     )
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
-    parser.add_argument(
-        "--attention-backend",
-        default="TRITON_ATTN",
-        help="vLLM attention backend ('' for vLLM's choice); the GPU bundle has no flash-attn",
-    )
-    parser.add_argument(
-        "--prefill-backend",
-        default="triton",
-        help="additional_config gdn_prefill_backend ('' for vLLM's choice)",
-    )
-    parser.add_argument("--gpu-memory-utilization", type=float, default=GPU_MEMORY_UTILIZATION)
+    add_engine_arguments(parser, gpu_memory_utilization=GPU_MEMORY_UTILIZATION)
     parser.add_argument("--seed", type=int, default=0, help="seed of the models' weights")
     parser.add_argument("--case-timeout", type=float, default=540.0, help="seconds per case")
     parser.add_argument(
@@ -531,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu_thread_binding=args.cpu_thread_binding,
         attention_backend=args.attention_backend or None,
         prefill_backend=args.prefill_backend or None,
+        kv_cache_gib=args.kv_cache_gib or None,
         arms={n: dataclasses.asdict(a) for n, a in ARMS.items()},
         vllm_cache_root=os.environ.get("VLLM_CACHE_ROOT"),
     )

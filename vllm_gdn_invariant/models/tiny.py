@@ -45,6 +45,29 @@ TINY_QWEN3_NEXT: dict[str, Any] = {
     "eos_token_id": 2,
 }
 
+# Qwen3-Next's GDN layer shapes (16 key and 32 value heads of 128, conv width 4; hidden 2048)
+# with 8 layers (6 GDN, 2 attention) and 64 experts, 8 per token: the engine benchmarks' model.
+BENCH_QWEN3_NEXT: dict[str, Any] = {
+    **TINY_QWEN3_NEXT,
+    "vocab_size": 32768,
+    "hidden_size": 2048,
+    "num_hidden_layers": 8,
+    "full_attention_interval": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "intermediate_size": 5120,
+    "max_position_embeddings": 4096,
+}
 
 # The demo's workload (the shadow engine check runs it too): a short target among six others.
 DEMO_TARGET_WORDS = 12
