@@ -3,6 +3,7 @@ errors, the plugin site vLLM's loader reads, and the weighted models' checkpoint
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import torch
 
 from vllm_gdn_invariant.e2e import bench, determinism, ranks
 from vllm_gdn_invariant.e2e.determinism import Completion, cases_for, compare, root_cause
+from vllm_gdn_invariant.e2e.engine_options import add_engine_arguments, engine_options
 from vllm_gdn_invariant.e2e.plugin_site import (
     CONTROL_WITHOUT_ROUTING,
     PLUGIN,
@@ -144,6 +146,27 @@ def test_the_benchmark_refuses_a_tensor_parallel_size_its_model_cannot_take(
     assert info.value.code == 2
     assert words in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_engine_options_follow_the_command_line_and_empty_leaves_the_choice_to_vllm():
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser, gpu_memory_utilization=0.3)
+    args = parser.parse_args([])
+    options = engine_options(
+        args.attention_backend, args.prefill_backend, args.gpu_memory_utilization, args.kv_cache_gib
+    )
+    assert options == {
+        "logprobs_mode": "processed_logprobs",
+        "gpu_memory_utilization": 0.3,
+        "attention_backend": "TRITON_ATTN",
+        "additional_config": {"gdn_prefill_backend": "triton"},
+    }
+    args = parser.parse_args(
+        ["--attention-backend", "", "--prefill-backend", "", "--kv-cache-gib", "1.5"]
+    )
+    options = engine_options(args.attention_backend, args.prefill_backend, 0.3, args.kv_cache_gib)
+    assert "attention_backend" not in options and "additional_config" not in options
+    assert options["kv_cache_memory_bytes"] == 3 * 2**29
 
 
 def test_every_engine_process_runs_with_nvlink_multicast_off(tmp_path):
