@@ -7,8 +7,9 @@ chunk cumsum of the log decay, ``chunk_scaled_dot_kkt_fwd``, ``solve_tril``,
 ``recompute_w_u_fwd``, ``chunk_gated_delta_rule_fwd_h``, ``chunk_fwd_o``), alone and inside a
 varlen batch, compared bit for bit stage by stage. Placements: the target after sequences of
 300 and 17 tokens (an offset off the 64 grid), after 320 tokens (on it) and first; the alone
-run takes fresh copies of the target's rows. JSON with provenance: per placement and stage,
-the count of differing elements of the target's part.
+run takes fresh copies of the target's rows and runs twice (run-to-run repeatability). JSON
+with provenance: per placement and stage, the count of differing elements of the target's
+part, batched vs alone and alone vs alone.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ def compare(before: list[int], after: list[int], length: int, seed: int) -> dict
     alone_inputs = [t[:, start : start + length].clone() for t in batch_inputs]
     batched = stages(*batch_inputs, lengths)
     alone = stages(*alone_inputs, [length])
+    again = stages(*alone_inputs, [length])
     chunk0 = sum(-(-n // BT) for n in before)
     result = {}
     for name, tensor in batched.items():
@@ -106,6 +108,7 @@ def compare(before: list[int], after: list[int], length: int, seed: int) -> dict
         mine = target_part(name, alone[name], 0, length, 0, 0)
         result[name] = {
             "differing": differ(part, mine),
+            "differing_alone_twice": differ(mine, target_part(name, again[name], 0, length, 0, 0)),
             "elements": part.numel(),
         }
     return {"lengths": lengths, "start": start, "stages": result}
@@ -123,8 +126,17 @@ def main(argv: list[str] | None = None) -> int:
             case = {"placement": placement, "target": length}
             case.update(compare(before, after, length, seed=length))
             cases.append(case)
-            first = [n for n, s in case["stages"].items() if s["differing"]]
-            print(placement, length, "differing stages:", first or "none", flush=True)
+            batch = [n for n, s in case["stages"].items() if s["differing"]]
+            twice = [n for n, s in case["stages"].items() if s["differing_alone_twice"]]
+            print(
+                placement,
+                length,
+                "batched vs alone:",
+                batch or "none",
+                "alone twice:",
+                twice or "none",
+                flush=True,
+            )
             args.out.write_text(
                 json.dumps({"provenance": provenance(), "cases": cases}, indent=1), encoding="utf-8"
             )
