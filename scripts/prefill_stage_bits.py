@@ -25,6 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
 
+from vllm_gdn_invariant.harness.autotune import autotuned_configs  # noqa: E402
 from vllm_gdn_invariant.harness.bits import differ  # noqa: E402
 from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
 
@@ -138,7 +139,11 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             args.out.write_text(
-                json.dumps({"provenance": provenance(), "cases": cases}, indent=1), encoding="utf-8"
+                json.dumps(
+                    {"provenance": provenance(), "configs": autotuned_configs(), "cases": cases},
+                    indent=1,
+                ),
+                encoding="utf-8",
             )
     return 0
 
