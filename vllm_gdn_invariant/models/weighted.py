@@ -41,24 +41,19 @@ QWEN3_NEXT_E2E: dict[str, Any] = {
 
 # Dense Qwen3.5 (text part), the dimensions of the tiny Qwen3-Next.
 QWEN3_5_EXTRA_TOKENS = 4  # image, video, vision start/end ids, past the tokenizer's words
+SHARED_WITH_TINY_QWEN3_NEXT = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "linear_conv_kernel_dim", "linear_key_head_dim",
+    "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads", "rms_norm_eps",
+    "tie_word_embeddings", "torch_dtype", "bos_token_id", "eos_token_id",
+)  # fmt: skip
 QWEN3_5_TEXT: dict[str, Any] = {
     "model_type": "qwen3_5_text",
     "vocab_size": VOCAB_SIZE + QWEN3_5_EXTRA_TOKENS,
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_hidden_layers": 4,
+    **{key: TINY_QWEN3_NEXT[key] for key in SHARED_WITH_TINY_QWEN3_NEXT},
     "layer_types": ["linear_attention"] * 3 + ["full_attention"],
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "linear_conv_kernel_dim": 4,
-    "linear_key_head_dim": 64,
-    "linear_value_head_dim": 64,
-    "linear_num_key_heads": 2,
-    "linear_num_value_heads": 4,
     "hidden_act": "silu",
     "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-6,
     "rope_parameters": {
         "rope_type": "default",
         "rope_theta": 10000.0,
@@ -67,10 +62,6 @@ QWEN3_5_TEXT: dict[str, Any] = {
         "mrope_section": [3, 3, 2],
     },
     "mamba_ssm_dtype": "float32",
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
 }
 QWEN3_5_VISION: dict[str, Any] = {
     "model_type": "qwen3_5",
