@@ -34,6 +34,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
 
 from vllm_gdn_invariant.harness.bits import differ  # noqa: E402
+from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs  # noqa: E402
 
 HV, K, V = 2, 32, 32
 PLACEMENTS = {"after_317": [300, 17], "after_320": [320], "first": []}
@@ -60,23 +61,11 @@ def load_fla():
     return ops.chunk_gated_delta_rule
 
 
-def inputs(total: int, seed: int):
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g).to(torch.bfloat16)
-
-    q, k, v = randn(1, total, HV, K), randn(1, total, HV, K), randn(1, total, HV, V)
-    decay = -torch.rand(1, total, HV, generator=g) * 0.2
-    beta = torch.rand(1, total, HV, generator=g).to(torch.bfloat16)
-    return q, k, v, decay, beta
-
-
 def main() -> int:
     chunk_gated_delta_rule = load_fla()
 
     def prefill(q, k, v, decay, beta, lengths):
-        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        cu = cu_seqlens(lengths, "cpu")
         initial = torch.zeros(len(lengths), HV, V, K)
         return chunk_gated_delta_rule(
             q=q, k=k, v=v, g=decay, beta=beta, initial_state=initial,
@@ -87,7 +76,7 @@ def main() -> int:
     for placement, before in PLACEMENTS.items():
         lengths = [*before, TARGET, *AFTER]
         start = sum(before)
-        batch = inputs(sum(lengths), seed=1)
+        batch = varlen_inputs(sum(lengths), 1, HV, K, V, "cpu")
         out, final = prefill(*batch, lengths)
         alone_out, alone_final = prefill(
             *[t[:, start : start + TARGET].clone() for t in batch], [TARGET]

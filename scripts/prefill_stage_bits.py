@@ -27,6 +27,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from vllm_gdn_invariant.harness.autotune import autotuned_configs  # noqa: E402
 from vllm_gdn_invariant.harness.bits import differ  # noqa: E402
+from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs  # noqa: E402
 from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
 
 HV, K, V, BT = 8, 128, 128, 64
@@ -52,7 +53,7 @@ def stages(q, k, v, g, beta, lengths: list[int]) -> dict[str, torch.Tensor]:
     from vllm.third_party.flash_linear_attention.ops.solve_tril import solve_tril
     from vllm.third_party.flash_linear_attention.ops.wy_fast import recompute_w_u_fwd
 
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32).cuda()
+    cu = cu_seqlens(lengths, "cuda")
     initial = torch.zeros(len(lengths), HV, V, K, dtype=torch.float32, device="cuda")
     out: dict[str, torch.Tensor] = {}
     out["q_l2"] = q = l2norm_fwd(q)
@@ -73,18 +74,6 @@ def stages(q, k, v, g, beta, lengths: list[int]) -> dict[str, torch.Tensor]:
     return out
 
 
-def inputs(total: int, seed: int):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g).to(torch.bfloat16).cuda()
-
-    q, k, v = randn(1, total, HV, K), randn(1, total, HV, K), randn(1, total, HV, V)
-    decay = -torch.rand(1, total, HV, generator=g).mul(0.2).cuda()
-    beta = torch.rand(1, total, HV, generator=g).to(torch.bfloat16).cuda()
-    return q, k, v, decay, beta
-
-
 def target_part(name: str, t: torch.Tensor, start: int, length: int, chunk0: int, index: int):
     """The target's part of one intermediate: its token rows, its chunks, its final state."""
     if name == "h":
@@ -97,7 +86,7 @@ def target_part(name: str, t: torch.Tensor, start: int, length: int, chunk0: int
 def compare(before: list[int], after: list[int], length: int, seed: int) -> dict:
     lengths = [*before, length, *after]
     start = sum(before)
-    batch_inputs = inputs(sum(lengths), seed)
+    batch_inputs = varlen_inputs(sum(lengths), seed, HV, K, V, "cuda")
     alone_inputs = [t[:, start : start + length].clone() for t in batch_inputs]
     batched = stages(*batch_inputs, lengths)
     alone = stages(*alone_inputs, [length])

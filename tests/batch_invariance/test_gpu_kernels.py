@@ -20,6 +20,7 @@ import torch
 
 from vllm_gdn_invariant.harness.autotune import autotuned_configs
 from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs
 from vllm_gdn_invariant.patches.bi_gated_norm import gated_norm_patches
 
 from .helpers import applied
@@ -35,24 +36,14 @@ GRID = 64
 
 def sequences(lengths: list[int], seed: int):
     """Varlen GDN prefill inputs (B = 1) on the GPU: q, k, v, g, beta."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    total = sum(lengths)
-
-    def randn(*shape, dtype=torch.bfloat16, scale=1.0):
-        return (torch.randn(*shape, generator=g) * scale).to(dtype).cuda()
-
-    q, k = randn(1, total, HV, K), randn(1, total, HV, K)
-    v = randn(1, total, HV, V)
-    decay = -torch.rand(1, total, HV, generator=g).mul(0.2).cuda()  # log decay, float32
-    beta = torch.rand(1, total, HV, generator=g).to(torch.bfloat16).cuda()
-    return q, k, v, decay, beta
+    return varlen_inputs(sum(lengths), seed, HV, K, V, "cuda")
 
 
 def prefill(q, k, v, decay, beta, lengths: list[int], initial=None):
     """vLLM's FLA chunk prefill over ``lengths`` (output, float32 final states)."""
     from vllm.third_party.flash_linear_attention.ops import chunk_gated_delta_rule
 
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32).cuda()
+    cu = cu_seqlens(lengths, "cuda")
     if initial is None:
         initial = torch.zeros(len(lengths), HV, V, K, dtype=torch.float32, device="cuda")
     out, final = chunk_gated_delta_rule(
