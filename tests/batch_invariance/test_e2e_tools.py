@@ -71,6 +71,15 @@ def test_arms_one_to_three_run_eager_only_and_four_five_in_both_settings():
     ]
 
 
+def usage_error(main, out, argv: list[str], capsys) -> str:
+    """``main(["--out", out, *argv])`` exits 2 without writing ``out``; its stderr."""
+    with pytest.raises(SystemExit) as info:
+        main(["--out", str(out), *argv])
+    assert info.value.code == 2
+    assert not out.exists()
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -89,26 +98,17 @@ def test_arms_one_to_three_run_eager_only_and_four_five_in_both_settings():
     ],
 )
 def test_bad_arguments_exit_2_before_anything_is_written(tmp_path, capsys, argv, words):
-    out = tmp_path / "e2e.json"
-    with pytest.raises(SystemExit) as info:
-        determinism.main(["--out", str(out), *argv])
-    assert info.value.code == 2
-    assert words in capsys.readouterr().err
-    assert not out.exists()
+    assert words in usage_error(determinism.main, tmp_path / "e2e.json", argv, capsys)
 
 
 def test_tensor_parallel_two_fits_both_models_and_needs_two_gpus(tmp_path, capsys, monkeypatch):
     assert tensor_parallel_problems("qwen3_next", 2) == []
     assert tensor_parallel_problems("qwen3_5", 2) == []
     monkeypatch.setattr(ranks, "visible_gpus", lambda: 1)
-    out = tmp_path / "e2e.json"
-    with pytest.raises(SystemExit) as info:
-        determinism.main(["--out", str(out), "--tensor-parallel-size", "2"])
-    assert info.value.code == 2
-    assert "--tensor-parallel-size 2 needs as many GPUs; this machine shows 1" in (
-        capsys.readouterr().err
+    err = usage_error(
+        determinism.main, tmp_path / "e2e.json", ["--tensor-parallel-size", "2"], capsys
     )
-    assert not out.exists()
+    assert "--tensor-parallel-size 2 needs as many GPUs; this machine shows 1" in err
 
 
 def test_cpu_ranks_get_equal_disjoint_thread_groups():
@@ -140,12 +140,7 @@ def test_cpu_ranks_are_bound_only_when_several_and_unset(monkeypatch):
 def test_the_benchmark_refuses_a_tensor_parallel_size_its_model_cannot_take(
     tmp_path, capsys, argv, words
 ):
-    out = tmp_path / "bench.json"
-    with pytest.raises(SystemExit) as info:
-        bench.main(["--out", str(out), *argv])
-    assert info.value.code == 2
-    assert words in capsys.readouterr().err
-    assert not out.exists()
+    assert words in usage_error(bench.main, tmp_path / "bench.json", argv, capsys)
 
 
 def test_engine_options_follow_the_command_line_and_empty_leaves_the_choice_to_vllm():
