@@ -14,10 +14,14 @@
 #                 of the shadow checker; in parallel
 #   graphs        e2e arms 4 and 5 in vLLM's default setting (torch.compile, CUDA graphs, prefix
 #                 caching) per model, one process per model and arm, in parallel
-#   bench         the engine benchmark (alone on the GPU)
+#   bench         the engine benchmark with its kernel-time profile (alone on the GPU)
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
-#   shadow-bench  the shadow overhead in the engine (alone on the GPU)
+#   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
+#                 sweep (one after the other, alone on the GPU)
+#   checks        timing-free: the shadow engine check's mode off arm, its mode golden arm with
+#                 a float32 state, the mixed-step compositions in mode golden, and the GPU
+#                 kernel tests of batch-invariant mode and of mode golden; in parallel
 # Engines that start together get a fixed KV cache (--kv-cache-gib), so that none sizes its
 # cache from the memory the others happen to hold at that moment.
 # Merge afterwards: python scripts/e2e_determinism.py --out docs/evidence/e2e_determinism.json \
@@ -37,6 +41,12 @@ job() {  # job NAME COMMAND...: run in the background, cut at $limit, log to $ou
   shift
   timeout "$limit" "$@" > "$out/$name.log" 2>&1 &
   pids+=($!)
+}
+now() {  # now NAME SECONDS COMMAND...: run in the foreground, cut at SECONDS
+  local name=$1 seconds=$2
+  shift 2
+  timeout "$seconds" "$@" > "$out/$name.log" 2>&1
+  echo "job $name exit $?"
 }
 case $stage in
   eager)
@@ -58,7 +68,7 @@ case $stage in
     ;;
   bench)
     job bench_engine python scripts/bench_engine.py --out "$out/bench_engine.json" \
-      --start-timeout 300
+      --start-timeout 300 --profile
     ;;
   shadow)
     for arm in route off golden; do
@@ -68,11 +78,23 @@ case $stage in
     job prefill_stage_bits python scripts/prefill_stage_bits.py --out "$out/prefill_stage_bits.json"
     ;;
   shadow-bench)
-    job bench_shadow python scripts/bench_shadow.py --engine \
+    now bench_shadow "$limit" python scripts/bench_shadow.py --engine \
       --out "$out/bench_shadow_engine_0.26.0.json"
+    now bench_decode "${SWEEP_LIMIT:-240}" python scripts/bench_decode.py --sweep \
+      --batch-sizes 64,256,1024 --out "$out/bench_decode_sweep_0.26.0.json"
+    ;;
+  checks)
+    job shadow_engine_off python scripts/shadow_engine_check.py --kv-cache-gib 4 \
+      --arms off --out "$out/shadow_engine_off_0.26.0.json"
+    job shadow_engine_golden_fp32 python scripts/shadow_engine_check.py --kv-cache-gib 4 \
+      --arms golden --state-dtype float32 --out "$out/shadow_engine_golden_fp32_0.26.0.json"
+    job msi_golden python scripts/mixed_step_invariance.py --mode golden \
+      --out "$out/msi_0.26.0_golden.json"
+    job pytest_gpu python -m pytest -q -p no:cacheprovider -rs \
+      tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, shadow or shadow-bench)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench or checks)" >&2
     exit 2
     ;;
 esac

@@ -5,13 +5,16 @@ Usage, on the GPU machine (vLLM's Python code importable):
     python scripts/mixed_step_invariance.py --out FILE.json \\
         --patched-file build/patched/vllm-0.30.0/qwen_gdn_linear_attn.py    # with patches/
     python scripts/mixed_step_invariance.py --out FILE.json --heads tp4 --state-dtypes float32
+    python scripts/mixed_step_invariance.py --out FILE.json --mode golden    # golden kernels
     python scripts/mixed_step_invariance.py --merge A.json B.json --out docs/evidence/...
     python scripts/mixed_step_invariance.py --summary docs/evidence/mixed_step_invariance.json
 
 For every case (Qwen3-Next and TP4 per-rank head counts, fp32 and bf16 state, both
 ``gqa_interleaved_layout`` values, the compositions of harness/mixed_step.py) it writes two
 rows, ``plugin: true`` (the routed method) and ``plugin: false`` (vLLM's own), with integer
-counts of differing elements; see vllm_gdn_invariant/harness/mixed_step.py.
+counts of differing elements; see vllm_gdn_invariant/harness/mixed_step.py. With ``--mode
+golden`` the plugin's rows are mode golden's (every decode row served by the golden kernels),
+so the counts say whether those rows are invariant across the compositions as well.
 """
 
 from __future__ import annotations
@@ -31,6 +34,12 @@ from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, all_cases, run_c
 from vllm_gdn_invariant.harness.provenance import provenance
 from vllm_gdn_invariant.patches.routing import QWEN_GDN_MODULE
 
+IMPL_LABELS = {
+    "plugin": "plugin",
+    "plugin-golden": "plugin, mode golden",
+    "patched-source": "patches/",
+}
+IMPL_ORDER = tuple(IMPL_LABELS)
 COUNTS = ("out_differ", "state_differ", "conv_differ", "following_out_differ")
 
 
@@ -53,9 +62,10 @@ def install(args) -> str:
     from vllm_gdn_invariant.plugin import entry  # only here: a patched-source run loads no plugin
 
     os.environ["VLLM_GDN_INVARIANT_STRICT"] = "1"
+    os.environ["VLLM_GDN_INVARIANT_MODE"] = args.mode
     entry.register()
     assert entry.registered_status().applied
-    return "plugin"
+    return "plugin" if args.mode == "route" else f"plugin-{args.mode}"
 
 
 def write(path, impl, start, failures, cases, complete=False) -> None:
@@ -85,7 +95,7 @@ def table_order(key: tuple) -> tuple:
     """vLLM version, plugin before patches/, Triton before FlashInfer, Qwen3-Next heads before
     TP4, fp32 before bf16."""
     version, impl, backend, _, h, _, dtype = key
-    return version, impl != "plugin", backend != "triton", -h, dtype != "float32"
+    return version, IMPL_ORDER.index(impl), backend != "triton", -h, dtype != "float32"
 
 
 def summary(path: str) -> str:
@@ -120,7 +130,7 @@ def summary(path: str) -> str:
                 f"{total(routed, 'prefill_checkpoint_differ_vs_unpatched')}"
             )
         lines.append(
-            f"| {version} | {'plugin' if impl == 'plugin' else 'patches/'} | {backend} | {mode} | "
+            f"| {version} | {IMPL_LABELS[impl]} | {backend} | {mode} | "
             f"{h}/{hv} | {dtype.replace('float32', 'fp32').replace('bfloat16', 'bf16')} | "
             f"{len(routed)} | "
             + " / ".join(total(routed, k) for k in COUNTS)
@@ -140,6 +150,12 @@ def main() -> int:
         "--summary", metavar="FILE", nargs="+", help="print the docs table of FILE(s)"
     )
     parser.add_argument("--patched-file")
+    parser.add_argument(
+        "--mode",
+        choices=("route", "golden"),
+        default="route",
+        help="the plugin's VLLM_GDN_INVARIANT_MODE (not with --patched-file)",
+    )
     parser.add_argument(
         "--heads", nargs="+", choices=sorted(LAYOUTS), default=sorted(LAYOUTS), help="head layouts"
     )
@@ -171,6 +187,8 @@ def main() -> int:
     if args.merge:
         merge(args.merge, args.out)
         return 0
+    if args.patched_file and args.mode != "route":
+        parser.error("--mode applies to the plugin; --patched-file carries the routing only")
     impl = install(args)
     import vllm
 

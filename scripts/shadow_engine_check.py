@@ -6,7 +6,8 @@ For each arm it runs vLLM's ``LLM`` (in a child process) with the plugin and
 ``VLLM_GDN_INVARIANT_SHADOW=1.0,ref=golden+decode``: arm ``route`` (``VLLM_GDN_INVARIANT_MODE=
 route``: mixed steps' decode rows routed), arm ``off`` (mode off: only the shadow hooks,
 vLLM's own mixed path) and arm ``golden`` (mode golden: every decode row served by the golden
-kernels, or on CPU by the goldens, and recomputed by the goldens from the same inputs). The
+kernels, or on CPU by the goldens, and recomputed by the goldens from the same inputs);
+``--state-dtype`` sets the recurrent state's dtype (vLLM's ``mamba_ssm_cache_dtype``). The
 workload is the demo's: requests of 1 to 300 words under a 64-token budget, so steps mix
 decode rows and prefill chunks. On CUDA the engine runs with
 ``cudagraph_mode=PIECEWISE`` (a FULL-graph replay runs no Python: the hooks would see mixed
@@ -77,6 +78,7 @@ def child(arm: str, folder: Path, args: argparse.Namespace) -> None:
         max_num_seqs=8,
         max_num_batched_tokens=64,
         enable_prefix_caching=False,
+        mamba_ssm_cache_dtype=args.state_dtype,
         **options,
         **engine_options(
             args.attention_backend,
@@ -134,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [a.strip() for a in text.split(",")],
         help=f"comma-separated, of {', '.join(ARMS)} (default: all)",
     )
+    parser.add_argument(
+        "--state-dtype",
+        choices=("auto", "float32", "bfloat16"),
+        default="auto",
+        help="vLLM's mamba_ssm_cache_dtype, the recurrent state's dtype (auto: the model's)",
+    )
     add_engine_arguments(parser, gpu_memory_utilization=0.2)
     parser.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
@@ -153,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         "prefill_backend": args.prefill_backend or None,
         "kv_cache_gib": args.kv_cache_gib or None,
         "gpu_memory_utilization": args.gpu_memory_utilization,
+        "mamba_ssm_cache_dtype": args.state_dtype,
     }
     report = {"schema": SCHEMA, "provenance": provenance(engine=engine), "arms": {}}
     for arm in args.arms:
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             VLLM_GDN_INVARIANT_SHADOW=f"1.0,ref=golden+decode,out={folder}/shadow.jsonl",
         )
         command = [sys.executable, __file__, "--child", arm, "--folder", str(folder)]
-        command += ["--max-tokens", str(args.max_tokens)]
+        command += ["--max-tokens", str(args.max_tokens), "--state-dtype", args.state_dtype]
         command += ["--attention-backend", args.attention_backend]
         command += ["--prefill-backend", args.prefill_backend]
         command += ["--kv-cache-gib", str(args.kv_cache_gib)]

@@ -16,6 +16,11 @@ Workloads, per arm and round:
 * ``itl``: 32 prompts of 64 tokens; inter-token latency = (time for 257 new tokens - time
   for 1) / 256, decode-only steps at batch 32.
 
+With ``--profile``, after the rounds each arm runs ``throughput`` once more under vLLM's torch
+profiler, and the report gives its device time by kernel category (``e2e/kernel_profile.py``)
+and, for ``route`` and ``bi``, the extra time per category against ``vllm``: where the time
+goes. The profiler is configured at engine start and runs only for that last workload.
+
 The model has Qwen3-Next's GDN dimensions per layer (16 key heads, 32 value heads, 128-dim
 heads, 4-wide conv) with fewer layers and experts (``BENCH_QWEN3_NEXT``), and dummy weights: the
 time goes to the same kernels as the full model's GDN layers.
@@ -37,6 +42,7 @@ from typing import Any
 
 from vllm_gdn_invariant.e2e.determinism import root_cause
 from vllm_gdn_invariant.e2e.engine_options import add_engine_arguments, engine_options
+from vllm_gdn_invariant.e2e.kernel_profile import compare_to, kernel_time_summary
 from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site
 from vllm_gdn_invariant.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel
 from vllm_gdn_invariant.models.tiny import (
@@ -90,6 +96,15 @@ def serve(spec: dict[str, Any]) -> None:
             spec["kv_cache_gib"],
         ),
     )
+    profile_dir = Path(spec["profile_root"], spec["arm"]) if spec.get("profile_root") else None
+    if profile_dir is not None:
+        kwargs["profiler_config"] = {
+            "profiler": "torch",
+            "torch_profiler_dir": str(profile_dir),
+            "torch_profiler_with_stack": False,
+            "torch_profiler_use_gzip": False,
+            "ignore_frontend": True,
+        }
     try:
         llm = LLM(**kwargs)
     except Exception as exc:  # noqa: BLE001 - reported to the parent
@@ -122,12 +137,29 @@ def serve(spec: dict[str, Any]) -> None:
         elif op == "prefill":
             seconds, _ = timed(long_prompts, 1)
             say(op, {"seconds": seconds})
+        elif op == "profile" and profile_dir is not None:
+            llm.start_profile()
+            seconds, _ = timed(long_prompts, new_tokens)
+            llm.stop_profile()
+            say(op, {"seconds": seconds, **kernel_time_summary(trace_files(profile_dir))})
         elif op == "itl":
             first, _ = timed(short_prompts, 1)
             full, _ = timed(short_prompts, itl_tokens + 1)
             say(op, {"itl_ms": 1000 * (full - first) / itl_tokens, "seconds": full})
         else:
             say("FAILED", {"error": f"unknown op {op!r}"})
+
+
+def trace_files(folder: Path, settle: float = 60.0) -> list[Path]:
+    """The traces under ``folder`` once their sizes stop changing (at most ``settle`` s)."""
+    deadline = time.monotonic() + settle
+    sizes: dict[Path, int] = {}
+    while True:
+        now = {p: p.stat().st_size for p in folder.rglob("*.json*") if p.is_file()}
+        if (now and now == sizes) or time.monotonic() > deadline:
+            return sorted(now)
+        sizes = now
+        time.sleep(2.0)
 
 
 # --- the parent -----------------------------------------------------------------------------
@@ -145,7 +177,13 @@ class Engine:
             env[CPU_BINDING_ENV] = spec["cpu_thread_binding"]
         self.log = log.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm_gdn_invariant.e2e.bench", "--serve", json.dumps(spec)],
+            [
+                sys.executable,
+                "-m",
+                "vllm_gdn_invariant.e2e.bench",
+                "--serve",
+                json.dumps({**spec, "arm": arm}),
+            ],
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -250,6 +288,25 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     return {"medians": per_arm, "ratios": ratios, "targets": targets}
 
 
+def profile(engines: dict[str, Engine], ready: list[str], timeout: float) -> dict[str, Any]:
+    """One profiled throughput run per arm, and each plugin arm's extra time against vLLM's."""
+    result: dict[str, Any] = {"arms": {}}
+    for arm in ready:
+        result["arms"][arm] = engines[arm].ask("profile", 3 * timeout)
+        summary = result["arms"][arm]
+        print(
+            f"profile {arm}: {summary['device_us'] / 1e3:.1f} ms on the device, "
+            + ", ".join(f"{k} {v:.0%}" for k, v in summary["categories_share"].items()),
+            flush=True,
+        )
+    base = result["arms"].get("vllm")
+    if base and base["device_us"]:
+        result["vs_vllm"] = {
+            arm: compare_to(base, result["arms"][arm]) for arm in ready if arm != "vllm"
+        }
+    return result
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench_engine.py",
@@ -274,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--tiny",
         action="store_true",
         help="the tiny Qwen3-Next and an 8x smaller workload: a smoke run (CPU), not evidence",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the rounds, profile one throughput run per arm: device time by kernel "
+        "category (not part of the timed rounds)",
     )
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     return parser
@@ -318,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         "kv_cache_gib": args.kv_cache_gib or None,
         "attention_backend": args.attention_backend or None,
         "prefill_backend": args.prefill_backend or None,
+        "profile_root": str(work / "profile") if args.profile else None,
     }
     info = provenance(
         script="scripts/bench_engine.py",
@@ -365,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
             report["summary"] = summarize(report["rounds"])
             write()
             print(f"round {r + 1}: " + json.dumps(report["summary"]["ratios"]), flush=True)
+        if args.profile and ready:
+            report["profile"] = profile(engines, ready, args.op_timeout)
+            write()
     finally:
         for engine in engines.values():
             engine.stop()

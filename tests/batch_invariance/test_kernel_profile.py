@@ -1,0 +1,87 @@
+"""The engine benchmark's "where the time goes": device time by kernel category from traces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from vllm_gdn_invariant.e2e.kernel_profile import category, compare_to, kernel_time_summary
+
+
+def trace(events: list[tuple[str, str, float]]) -> dict:
+    return {
+        "traceEvents": [
+            {"ph": "X", "cat": cat, "name": name, "dur": dur, "ts": i}
+            for i, (cat, name, dur) in enumerate(events)
+        ]
+        + [{"ph": "i", "cat": "kernel", "name": "instant", "ts": 0}]
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("chunk_fwd_kernel_o", "gdn_prefill"),
+        ("chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "gdn_prefill"),
+        ("fused_recurrent_gated_delta_rule_packed_decode_kernel", "gdn_decode"),
+        ("recurrent_step_kernel", "gdn_decode"),
+        ("_causal_conv1d_update_kernel", "gdn_conv"),
+        ("conv_update_kernel", "gdn_conv"),
+        ("layer_norm_fwd_kernel", "gated_norm"),
+        ("fused_moe_kernel", "moe"),
+        ("kernel_unified_attention_2d", "attention"),
+        ("matmul_kernel_persistent", "gemm"),
+        ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", "gemm"),
+        ("void vllm::rms_norm_kernel<c10::BFloat16>", "norm"),
+        ("Memcpy HtoD (Pageable -> Device)", "memcpy_memset"),
+        ("elementwise_kernel", "other"),
+    ],
+)
+def test_kernels_fall_in_the_first_category_their_name_matches(name, want):
+    assert category(name) == want
+
+
+def test_only_complete_device_events_count_and_gzipped_traces_read(tmp_path):
+    plain = tmp_path / "rank0.pt.trace.json"
+    plain.write_text(
+        json.dumps(
+            trace(
+                [
+                    ("kernel", "fused_moe_kernel", 30.0),
+                    ("kernel", "fused_moe_kernel", 10.0),
+                    ("kernel", "chunk_fwd_kernel_o", 20.0),
+                    ("cpu_op", "aten::mm", 1000.0),  # host time is not device time
+                    ("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 5.0),
+                ]
+            )
+        )
+    )
+    zipped = tmp_path / "rank1.pt.trace.json.gz"
+    with gzip.open(zipped, "wt") as fh:
+        json.dump(trace([("kernel", "matmul_kernel_persistent", 35.0)]), fh)
+    summary = kernel_time_summary([plain, zipped], top=2)
+    assert summary["device_events"] == 5
+    assert summary["device_us"] == 100.0
+    assert summary["categories_us"] == {
+        "gdn_prefill": 20.0,
+        "gemm": 35.0,
+        "memcpy_memset": 5.0,
+        "moe": 40.0,
+    }
+    assert summary["categories_share"]["moe"] == 0.4
+    assert summary["top_kernels"] == [
+        {"name": "fused_moe_kernel", "category": "moe", "us": 40.0},
+        {"name": "matmul_kernel_persistent", "category": "gemm", "us": 35.0},
+    ]
+
+
+def test_comparison_attributes_the_extra_time_per_category():
+    base = {"device_us": 100.0, "categories_us": {"gemm": 60.0, "moe": 40.0}}
+    other = {"device_us": 150.0, "categories_us": {"gemm": 100.0, "moe": 40.0, "other": 10.0}}
+    assert compare_to(base, other) == {
+        "device_us_extra": 50.0,
+        "device_time_ratio": 1.5,
+        "categories_us_extra": {"gemm": 40.0, "moe": 0.0, "other": 10.0},
+    }

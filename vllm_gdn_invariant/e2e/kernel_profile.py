@@ -1,0 +1,110 @@
+"""Where an engine's device time goes: kernel time by category from torch profiler traces.
+
+vLLM's torch profiler (``profiler_config={"profiler": "torch", ...}``, ``LLM.start_profile``
+and ``stop_profile``) writes Chrome traces; every device activity in them (``"cat"`` of
+``kernel``, ``gpu_memcpy`` or ``gpu_memset``, CUDA-graph replays included) is summed by the
+category its name matches first in ``CATEGORIES``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+
+# First match wins: the GDN and MoE patterns come before the generic GEMM and norm ones.
+CATEGORIES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern, re.IGNORECASE))
+    for name, pattern in (
+        (
+            "gdn_prefill",
+            r"chunk_gated_delta|chunk_fwd_kernel_o|chunk_scaled_dot_kkt|solve_tril|merge_16x16"
+            r"|recompute_w_u|chunk_local_cumsum|l2norm|fused_gdn_prefill",
+        ),
+        (
+            "gdn_decode",
+            r"fused_recurrent|recurrent_step_kernel|fused_sigmoid_gating|packed_decode",
+        ),
+        ("gdn_conv", r"causal_conv1d|conv_update_kernel"),
+        ("gated_norm", r"layer_norm_fwd|rms_norm_gated|gated_rms"),
+        ("moe", r"moe|expert|topk_gating|count_and_sort|align_block_size"),
+        ("attention", r"attention|attn|reshape_and_cache|paged|flash"),
+        ("gemm", r"gemm|cutlass|xmma|nvjet|cublas|matmul|wgmma|sm90_|sm80_|bmm"),
+        ("norm", r"rms_norm|layernorm|layer_norm"),
+        ("memcpy_memset", r"^Memcpy|^Memset"),
+    )
+)
+OTHER = "other"
+
+
+def category(name: str) -> str:
+    """The category of a device activity's name (``other`` when none matches)."""
+    for label, pattern in CATEGORIES:
+        if pattern.search(name):
+            return label
+    return OTHER
+
+
+def device_events(path: Path) -> Iterable[dict[str, Any]]:
+    """The complete device-side events of one Chrome trace (plain or gzipped JSON)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        trace = json.load(fh)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    for event in events:
+        if event.get("ph") == "X" and event.get("cat") in DEVICE_CATEGORIES:
+            yield event
+
+
+def kernel_time_summary(paths: Iterable[Path], top: int = 12) -> dict[str, Any]:
+    """Device time by category over ``paths``: microseconds, shares, and the ``top`` kernels."""
+    by_category: dict[str, float] = {}
+    by_name: dict[str, float] = {}
+    count = 0
+    files = []
+    for path in paths:
+        files.append(path.name)
+        for event in device_events(path):
+            us = float(event.get("dur", 0.0))
+            name = event.get("name", "?")
+            by_category[category(name)] = by_category.get(category(name), 0.0) + us
+            by_name[name] = by_name.get(name, 0.0) + us
+            count += 1
+    total = sum(by_category.values())
+    ranked = sorted(by_name.items(), key=lambda item: -item[1])[:top]
+    return {
+        "trace_files": files,
+        "device_events": count,
+        "device_us": round(total, 1),
+        "categories_us": {k: round(v, 1) for k, v in sorted(by_category.items())},
+        "categories_share": {
+            k: round(v / total, 4) for k, v in sorted(by_category.items()) if total
+        },
+        "top_kernels": [
+            {"name": name[:160], "category": category(name), "us": round(us, 1)}
+            for name, us in ranked
+        ],
+    }
+
+
+def compare_to(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """Per category, ``other``'s device time minus ``base``'s, in microseconds, and the share
+    of ``other``'s extra time each category accounts for."""
+    names = sorted(set(base["categories_us"]) | set(other["categories_us"]))
+    extra = {
+        k: round(other["categories_us"].get(k, 0.0) - base["categories_us"].get(k, 0.0), 1)
+        for k in names
+    }
+    total = other["device_us"] - base["device_us"]
+    return {
+        "device_us_extra": round(total, 1),
+        "device_time_ratio": round(other["device_us"] / base["device_us"], 4)
+        if base["device_us"]
+        else None,
+        "categories_us_extra": extra,
+    }
