@@ -11,7 +11,10 @@ fp32 and bf16 state, the routing patch and the shadow wrappers installed. Each s
 with a checker at that rate, default caps, reference golden, JSONL written, metrics
 exported). ``ROUNDS`` rounds alternate the arms; each times ``--steps`` steps between device
 synchronizations; the median over rounds of the mean step time is reported, with the ratio to
-``off``. It also reports the device memory a checked step adds (peak minus before).
+``off``. It also reports the device memory a checked step adds (peak minus before) and
+where a checked step's time goes, against an unchecked one (``profile``: torch.profiler's
+host wall time, device kernel time and launches, host-device synchronizations, the ops with
+most self time).
 
 Engine level (``--engine``): vLLM's ``LLM`` in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
 with the plugin and the shadow checker on, on a model folder (default: the engine benchmarks'
@@ -35,10 +38,13 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
@@ -180,6 +186,12 @@ def bench_layer_case(
         sync()
         peak_extra = torch.cuda.max_memory_allocated() - before if cuda else None
         snapshot = checker.stats.max_snapshot_bytes
+        checked_profile = profile_step(
+            lambda: wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
+        )
+        unchecked_profile = profile_step(
+            lambda: served(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
+        )
     checker_module.install(None)
     result = {
         "level": "layer",
@@ -191,9 +203,43 @@ def bench_layer_case(
         "steps_drawn": {arm: c.sampler.steps for arm, c in checkers.items()},
         "checked_step_extra_device_bytes": peak_extra,
         "checked_step_snapshot_bytes": snapshot,
+        "profile": {"checked_step": checked_profile, "unchecked_step": unchecked_profile},
         **summarize(samples, decodes, checkers["1"].config.max_rows),
     }
     return result
+
+
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+def profile_step(step: Callable[[], object], top: int = 8) -> dict:
+    """Where one step's time goes (torch.profiler): host wall time, device kernel time,
+    kernel launches, host-device synchronizations, and the ops with most self time."""
+    sync()
+    activities = [ProfilerActivity.CPU] + (
+        [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+    )
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        step()
+        sync()
+        wall_us = (time.perf_counter() - start) * 1e6
+    events = prof.events()
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    table = prof.key_averages()
+    by_device = sorted(table, key=lambda e: -e.self_device_time_total)[:top]
+    by_host = sorted(table, key=lambda e: -e.self_cpu_time_total)[:top]
+    return {
+        "host_wall_us": round(wall_us, 1),
+        "device_kernel_us": round(sum(e.time_range.elapsed_us() for e in kernels), 1),
+        "device_kernels": len(kernels),
+        "host_syncs": sum(1 for e in events if e.name in SYNC_CALLS),
+        "device_to_host_copies": sum(
+            1 for e in events if e.name.startswith("Memcpy DtoH") or "DtoH" in e.name
+        ),
+        "top_device_ops_us": {e.key[:80]: round(e.self_device_time_total, 1) for e in by_device},
+        "top_host_ops_us": {e.key[:80]: round(e.self_cpu_time_total, 1) for e in by_host},
+    }
 
 
 def bench_layer(args: argparse.Namespace, folder: Path) -> list[dict]:
