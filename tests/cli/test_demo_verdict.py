@@ -104,3 +104,32 @@ def test_a_bad_environment_value_exits_two_before_vllm_starts(monkeypatch, capsy
     monkeypatch.setattr(demo, "run_demo", lambda *args: pytest.fail("vLLM started"))
     assert cli.main(["demo"]) == 2
     assert "VLLM_BATCH_INVARIANT='on' is not an integer" in capsys.readouterr().err
+
+
+def test_the_attention_backend_reaches_vllms_engine_and_none_leaves_vllms_choice(
+    monkeypatch, tmp_path
+):
+    import vllm
+
+    seen = []
+
+    class Refuse(Exception):
+        pass
+
+    def fake_llm(**kwargs):
+        seen.append(kwargs)
+        raise Refuse
+
+    monkeypatch.setattr(vllm, "LLM", fake_llm)
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "0")  # run_demo sets both; restored after
+    monkeypatch.setenv("VLLM_PLUGINS", "gdn_invariant")
+    for backend in ("TRITON_ATTN", None):
+        with pytest.raises(Refuse):
+            demo.run_demo(str(tmp_path), 4, 0, False, backend)
+    assert seen[0]["attention_backend"] == "TRITON_ATTN"
+    assert "attention_backend" not in seen[1]
+    captured = []
+    monkeypatch.setattr(demo, "run_demo", lambda *args: captured.append(args) or report([0], [0]))
+    monkeypatch.setattr(demo, "has_cuda", lambda: False)
+    assert cli.main(["demo", "--attention-backend", "TRITON_ATTN"]) == 0
+    assert captured[0][4] == "TRITON_ATTN"

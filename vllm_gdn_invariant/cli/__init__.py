@@ -133,6 +133,12 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="run with VLLM_BATCH_INVARIANT=1 (default: on with CUDA, off on CPU; "
         "an exported VLLM_BATCH_INVARIANT is followed)",
     )
+    demo.add_argument(
+        "--attention-backend",
+        metavar="NAME",
+        help="vLLM's attention backend for the attention layers, e.g. TRITON_ATTN "
+        "(default: vLLM's choice)",
+    )
     demo.add_argument("--max-tokens", type=int, default=16, metavar="N", help="tokens per request")
     demo.add_argument("--seed", type=int, default=0, metavar="N", help="sampling seed")
     demo.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")

@@ -204,7 +204,11 @@ def progress(step: int, total: int, text: str) -> None:
 
 
 def run_demo(
-    model_dir: str | None, max_tokens: int, seed: int, batch_invariant: bool
+    model_dir: str | None,
+    max_tokens: int,
+    seed: int,
+    batch_invariant: bool,
+    attention_backend: str | None = None,
 ) -> DemoReport:
     total = 5
     timings: dict[str, float] = {}
@@ -239,6 +243,7 @@ def run_demo(
         max_num_seqs=8,
         max_num_batched_tokens=TOKEN_BUDGET,
         enable_prefix_caching=False,
+        **({"attention_backend": attention_backend} if attention_backend else {}),
     )
     timings["start"] = time.monotonic() - t0
     params = SamplingParams(
@@ -293,7 +298,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"demo: error: {exc}", file=sys.stderr)
         return 2
     try:
-        report = run_demo(args.model, args.max_tokens, args.seed, batch_invariant)
+        report = run_demo(
+            args.model, args.max_tokens, args.seed, batch_invariant, args.attention_backend
+        )
     except Exception as exc:  # noqa: BLE001 - vLLM's refusal is the demo's answer
         print(f"demo: vLLM did not start or serve: {cli.describe_error(exc)}", file=sys.stderr)
         return 1
