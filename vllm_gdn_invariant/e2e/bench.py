@@ -191,7 +191,6 @@ class Engine:
             text=True,
         )
         self.lines: list[tuple[str, dict[str, Any]]] = []
-        self.other: list[str] = []
         self.cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -203,7 +202,11 @@ class Engine:
                     kind, _, payload = line[len(PROTOCOL) :].partition(" ")
                     self.lines.append((kind, json.loads(payload)))
                 else:
-                    self.other.append(line.rstrip())
+                    try:  # vLLM logs to stdout: its errors belong in the log
+                        self.log.write(line)
+                        self.log.flush()
+                    except ValueError:  # closed by stop()
+                        pass
                 self.cond.notify_all()
         with self.cond:
             self.lines.append(("EXIT", {"returncode": self.proc.wait()}))
@@ -233,7 +236,7 @@ class Engine:
 
     def plugin_lines(self) -> list[str]:
         """The plugin's one-line reports of this engine's processes."""
-        lines = [*self.other, *Path(self.log.name).read_text(errors="replace").splitlines()]
+        lines = Path(self.log.name).read_text(errors="replace").splitlines()
         return [line.strip() for line in lines if "gdn_invariant" in line and "[pid" in line][:6]
 
     def stop(self) -> None:
