@@ -6,7 +6,11 @@ import pytest
 import torch
 
 from vllm_gdn_invariant.harness.bits import compare, ulp_distance
-from vllm_gdn_invariant.shadow.compare import summarize
+from vllm_gdn_invariant.shadow.compare import (
+    histogram_by_bincount,
+    histogram_by_bounds,
+    summarize,
+)
 
 
 def pair(dtype, seed):
@@ -59,3 +63,12 @@ def test_fields_are_kept_apart():
 def test_mismatched_shapes_are_refused():
     with pytest.raises(ValueError, match="differ in dtype or shape"):
         summarize({"x": (torch.zeros(3), torch.zeros(4))})
+
+
+def test_both_histogram_ways_count_every_bucket_alike():
+    served, reference = pair(torch.float32, 2)
+    distance = ulp_distance(served, reference).flatten()
+    by_bincount = histogram_by_bincount(distance)
+    assert torch.equal(histogram_by_bounds(distance), by_bincount)
+    assert (by_bincount > 0).all()  # every bucket is populated, so a shifted bound shows
+    assert int(by_bincount.sum()) == distance.numel()

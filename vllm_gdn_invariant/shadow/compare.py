@@ -25,7 +25,14 @@ from vllm_gdn_invariant.harness.bits import (
 )
 from vllm_gdn_invariant.shadow.record import FIELDS
 
-__all__ = ["FIELDS", "FieldStats", "summarize"]
+__all__ = [
+    "FIELDS",
+    "FieldStats",
+    "histogram",
+    "histogram_by_bincount",
+    "histogram_by_bounds",
+    "summarize",
+]
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,28 @@ class FieldStats:
         return asdict(self)
 
 
+def histogram_by_bincount(distance: Tensor) -> Tensor:
+    """ULP-bucket counts of a flat int64 distance tensor: bucket indices, then ``bincount``."""
+    bounds = torch.tensor(ULP_BUCKET_UPPER, dtype=torch.int64, device=distance.device)
+    return torch.bincount(torch.bucketize(distance, bounds), minlength=len(ULP_BUCKETS))
+
+
+def histogram_by_bounds(distance: Tensor) -> Tensor:
+    """The same counts from one count per bucket bound (``distance <= upper``)."""
+    at_most = torch.stack([(distance <= upper).sum() for upper in ULP_BUCKET_UPPER])
+    total = torch.tensor([distance.numel()], dtype=torch.int64, device=distance.device)
+    return torch.diff(at_most, prepend=at_most.new_zeros(1), append=total)
+
+
+def histogram(distance: Tensor) -> Tensor:
+    """ULP-bucket counts, by the faster way on the tensor's device: on CUDA ``bincount``'s
+    kernel contends for a handful of bins with every element (4.6 ms of a 64-row check of
+    Qwen3-Next's recurrent state on an H200), on CPU it is the faster one (2-3x)."""
+    if distance.device.type == "cuda":
+        return histogram_by_bounds(distance)
+    return histogram_by_bincount(distance)
+
+
 def _device_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
     """(int64 [3 + buckets]: differing, max ULP, NaN mismatches, histogram; float64 max |diff|)."""
     if served.dtype != reference.dtype or served.shape != reference.shape:
@@ -53,9 +82,9 @@ def _device_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
     distance = ulp_distance(served, reference).flatten()
     differing = (raw_bits(served) != raw_bits(reference)).sum()
     nan_mismatches = (torch.isnan(served) ^ torch.isnan(reference)).sum()
-    bounds = torch.tensor(ULP_BUCKET_UPPER, dtype=torch.int64, device=served.device)
-    histogram = torch.bincount(torch.bucketize(distance, bounds), minlength=len(ULP_BUCKETS))
-    ints = torch.cat([torch.stack([differing, distance.max(), nan_mismatches]), histogram])
+    ints = torch.cat(
+        [torch.stack([differing, distance.max(), nan_mismatches]), histogram(distance)]
+    )
     finite = torch.isfinite(served) & torch.isfinite(reference)
     diff = torch.where(finite, (served.double() - reference.double()).abs(), 0.0)
     return ints, diff.max().reshape(1)
@@ -65,8 +94,10 @@ def summarize(pairs: Mapping[str, tuple[Tensor, Tensor]]) -> dict[str, FieldStat
     """``{field: (served, reference)}`` -> ``{field: FieldStats}``, with one host transfer."""
     names = list(pairs)
     stats = [_device_stats(*pairs[name]) for name in names]
-    ints = torch.cat([s[0] for s in stats]).cpu().tolist()
-    floats = torch.cat([s[1] for s in stats]).cpu().tolist()
+    floats_as_ints = [s[1].view(torch.int64) for s in stats]
+    host = torch.cat([s[0] for s in stats] + floats_as_ints).cpu()  # the one synchronization
+    ints = host[: -len(names)].tolist()
+    floats = host[-len(names) :].view(torch.float64).tolist()
     width = 3 + len(ULP_BUCKETS)
     out = {}
     for i, name in enumerate(names):
