@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -48,10 +49,25 @@ def git_state() -> tuple[str | None, bool | None]:
         return None, None
 
 
+SOURCE_FOLDERS = ("vllm_gdn_invariant", "scripts")
+
+
+def source_digest(root: Path = ROOT) -> str:
+    """SHA-256 over the project's Python sources (``SOURCE_FOLDERS``), path and content of each
+    ``.py`` file in path order: which code ran, whatever the copy's ``.git`` says. Check a
+    record against a commit by computing it in a checkout of that commit."""
+    digest = hashlib.sha256()
+    for folder in SOURCE_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def provenance(**extra: object) -> dict:
-    """Git state, vLLM/torch/Triton/FlashInfer versions, Python, platform, device name and
-    capability ("cpu" and None without CUDA), the numeric knobs' environment values, UTC time
-    and argv of this run, then the caller's ``extra`` fields."""
+    """Git state, the sources' digest, vLLM/torch/Triton/FlashInfer versions, Python, platform,
+    device name and capability ("cpu" and None without CUDA), the numeric knobs' environment
+    values, UTC time and argv of this run, then the caller's ``extra`` fields."""
     commit, dirty = git_state()
     try:
         import vllm
@@ -73,6 +89,7 @@ def provenance(**extra: object) -> dict:
     return {
         "git_commit": commit,
         "git_dirty": dirty,
+        "source_sha256": source_digest(),
         "vllm": vllm_version,
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
