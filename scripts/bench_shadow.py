@@ -25,6 +25,10 @@ rate. The step time is the round's wall time over the tokens per request. CUDA g
 decode-only steps in FULL graphs never run the Python hook, so the engine runs with
 ``cudagraph_mode=PIECEWISE`` (``--eager``: no graphs).
 
+Compare level (``--compare``): the statistics of one checked layer's three fields (64 rows,
+Qwen3-Next heads, fp32 and bf16 state) by compare.py's torch ops against compare_kernel.py's
+one pass, rounds alternating, with their host transfer; both must give the same statistics.
+
 Writes JSON with provenance (harness/provenance.py) and prints the ratios.
 """
 
@@ -336,6 +340,77 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
     return [result]
 
 
+# the compare alone
+
+
+def check_fields(state_dtype: torch.dtype, rows: int = 64) -> dict[str, tuple]:
+    """Served and reference fields of one checked layer (Qwen3-Next heads): a few elements of
+    each apart, as in a check against another provider."""
+    from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS as d
+
+    g = torch.Generator(device=CUDA).manual_seed(rows)
+    conv_dim = 2 * d.num_k_heads * d.head_k_dim + d.num_v_heads * d.head_v_dim
+    shapes = {
+        "output": ((rows, d.num_v_heads, d.head_v_dim), torch.bfloat16),
+        "recurrent_state": ((rows, d.num_v_heads, d.head_v_dim, d.head_k_dim), state_dtype),
+        "conv_state": ((rows, conv_dim, 3), torch.bfloat16),
+    }
+    fields = {}
+    for name, (shape, dtype) in shapes.items():
+        reference = torch.randn(shape, generator=g, device=CUDA).to(dtype)
+        served = reference.clone()
+        served.view(-1)[::97] *= 1.0001
+        fields[name] = (served, reference)
+    return fields
+
+
+def bench_compare(args: argparse.Namespace) -> list[dict]:
+    """compare.py's statistics for one checked layer: the torch ops against the one-pass
+    kernel (compare_kernel.py), rounds alternating, each timing ``--steps`` checks' compares
+    with their host transfer; the two must give the same statistics."""
+    from vllm_gdn_invariant.shadow.compare import device_stats, torch_stats
+
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_shadow: --compare needs CUDA")
+    results = []
+    for state_dtype in (torch.float32, torch.bfloat16):
+        fields = check_fields(state_dtype)
+        arms = {"torch": torch_stats, "fused": device_stats}
+
+        def run(stats, fields: dict = fields) -> tuple[float, list]:
+            sync()
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                parts = [stats(*pair) for pair in fields.values()]
+                host = torch.cat([p[0] for p in parts] + [p[1].view(torch.int64) for p in parts])
+                values = host.cpu().tolist()
+            return (time.perf_counter() - start) / args.steps * 1e6, values
+
+        answers = {arm: run(fn)[1] for arm, fn in arms.items()}  # warm-up: compiles
+        samples = {arm: [] for arm in arms}
+        for _ in range(ROUNDS):
+            for arm, fn in arms.items():
+                samples[arm].append(run(fn)[0])
+        medians = {arm: statistics.median(v) for arm, v in samples.items()}
+        result = {
+            "level": "compare",
+            "state_dtype": str(state_dtype).removeprefix("torch."),
+            "rows": 64,
+            "same_statistics": answers["torch"] == answers["fused"],
+            "us": {arm: round(m, 1) for arm, m in medians.items()},
+            "rounds_us": {arm: [round(x, 1) for x in v] for arm, v in samples.items()},
+            "fused_speedup": round(medians["torch"] / medians["fused"], 2),
+        }
+        results.append(result)
+        print(
+            f"compare, 64 rows, {result['state_dtype']} state: torch {result['us']['torch']}us "
+            f"fused {result['us']['fused']}us ({result['fused_speedup']}x), same statistics: "
+            f"{result['same_statistics']}",
+            flush=True,
+        )
+    return results
+
+
 def print_result(r: dict) -> None:
     what = (
         f"layer {r['decodes']} rows {r['state_dtype']}"
@@ -352,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="JSON file to write")
     parser.add_argument("--engine", action="store_true", help="measure in vLLM's engine")
+    parser.add_argument(
+        "--compare", action="store_true", help="time a check's compare alone: torch ops vs one pass"
+    )
     parser.add_argument("--steps", type=int, default=256, help="layer: steps per round and arm")
     parser.add_argument("--model", help="engine: a model folder (dummy weights)")
     parser.add_argument("--batch", type=int, default=64, help="engine: requests per round")
@@ -360,7 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     add_engine_arguments(parser, gpu_memory_utilization=0.2)
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="bench_shadow_"))
-    results = bench_engine(args, folder) if args.engine else bench_layer(args, folder)
+    if args.compare:
+        results = bench_compare(args)
+    elif args.engine:
+        results = bench_engine(args, folder)
+    else:
+        results = bench_layer(args, folder)
     args.out.write_text(
         json.dumps(
             {"provenance": provenance(arms=list(ARMS), rounds=ROUNDS), "results": results}, indent=1

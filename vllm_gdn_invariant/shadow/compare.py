@@ -5,8 +5,9 @@ For each field (``output``, ``recurrent_state``, ``conv_state``) the statistics 
 (+0 and -0 differ), max |diff| over pairs where both are finite, NaN mismatches, and the ULP
 histogram in the buckets of ``bits.ULP_BUCKETS``; plus the max ULP distance (int64 max when
 one side is NaN). They are computed on the tensors' device with ``bits.raw_bits`` and
-``bits.ulp_distance`` and brought to the host in one transfer for all fields, so a check
-synchronizes once; tests/shadow/test_compare.py pins them equal to ``bits.compare``.
+``bits.ulp_distance`` (on CUDA, for float32 and bfloat16, by compare_kernel.py in one pass) and
+brought to the host in one transfer for all fields, so a check synchronizes once;
+tests/shadow/test_compare.py pins them equal to ``bits.compare``.
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ from vllm_gdn_invariant.harness.bits import (
     raw_bits,
     ulp_distance,
 )
+from vllm_gdn_invariant.shadow.compare_kernel import field_stats, fused_applies
 from vllm_gdn_invariant.shadow.record import FIELDS
 
 __all__ = [
     "FIELDS",
     "FieldStats",
+    "device_stats",
     "histogram",
     "histogram_by_bincount",
     "histogram_by_bounds",
     "summarize",
+    "torch_stats",
 ]
 
 
@@ -72,13 +76,9 @@ def histogram(distance: Tensor) -> Tensor:
     return histogram_by_bincount(distance)
 
 
-def _device_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
-    """(int64 [3 + buckets]: differing, max ULP, NaN mismatches, histogram; float64 max |diff|)."""
-    if served.dtype != reference.dtype or served.shape != reference.shape:
-        raise ValueError(
-            f"served {served.dtype}{tuple(served.shape)} and reference "
-            f"{reference.dtype}{tuple(reference.shape)} differ in dtype or shape"
-        )
+def torch_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
+    """(int64 [3 + buckets]: differing, max ULP, NaN mismatches, histogram; float64 max |diff|)
+    by torch ops, on any device and float dtype."""
     distance = ulp_distance(served, reference).flatten()
     differing = (raw_bits(served) != raw_bits(reference)).sum()
     nan_mismatches = (torch.isnan(served) ^ torch.isnan(reference)).sum()
@@ -90,10 +90,23 @@ def _device_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
     return ints, diff.max().reshape(1)
 
 
+def device_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
+    """One field's statistics on its device: on CUDA, float32 and bfloat16 fields take
+    compare_kernel.py's one pass, the rest :func:`torch_stats`."""
+    if served.dtype != reference.dtype or served.shape != reference.shape:
+        raise ValueError(
+            f"served {served.dtype}{tuple(served.shape)} and reference "
+            f"{reference.dtype}{tuple(reference.shape)} differ in dtype or shape"
+        )
+    if served.is_cuda and fused_applies(served, reference):
+        return field_stats(served, reference)
+    return torch_stats(served, reference)
+
+
 def summarize(pairs: Mapping[str, tuple[Tensor, Tensor]]) -> dict[str, FieldStats]:
     """``{field: (served, reference)}`` -> ``{field: FieldStats}``, with one host transfer."""
     names = list(pairs)
-    stats = [_device_stats(*pairs[name]) for name in names]
+    stats = [device_stats(*pairs[name]) for name in names]
     floats_as_ints = [s[1].view(torch.int64) for s in stats]
     host = torch.cat([s[0] for s in stats] + floats_as_ints).cpu()  # the one synchronization
     ints = host[: -len(names)].tolist()

@@ -1,0 +1,96 @@
+"""compare_kernel.py's one pass gives harness/bits.py's statistics (Triton's interpreter, CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.kernels.conftest import import_interpreted
+from vllm_gdn_invariant.harness.bits import ULP_BUCKETS, compare, ulp_distance
+from vllm_gdn_invariant.shadow import compare_kernel as compiled
+
+INTERPRETED = "gdn_invariant_compare_kernel_interpreted"
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return import_interpreted(INTERPRETED, Path(compiled.__file__))
+
+
+def pair(dtype: torch.dtype, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reference and a served tensor 0-40 ULPs apart in places, with the special cases at
+    the start and at the very end (the last program's tail)."""
+    g = torch.Generator().manual_seed(seed)
+    reference = torch.randn(n, generator=g).to(dtype)
+    served = reference.clone()
+    bits = served.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[dtype])
+    where = torch.randperm(n, generator=g)[: n // 8]
+    bits[where] += torch.randint(-40, 41, (where.numel(),), generator=g).to(bits.dtype)
+    served[0], reference[0] = 0.0, -0.0  # differ in bits, 0 ULPs
+    served[1] = float("nan")  # one side NaN: int64 max
+    served[2], reference[2] = float("inf"), float("inf")  # equal, not finite
+    served[3], reference[3] = 1.0, -1.0  # across zero
+    served[4], reference[4] = float("nan"), -float("nan")  # both NaN: 0 ULPs, bits differ
+    served[-1], reference[-1] = 2.0, 3.0  # the last element, in a partial block
+    return served, reference
+
+
+def stats(result: tuple[torch.Tensor, torch.Tensor]) -> dict:
+    ints, diffs = result[0].tolist(), result[1].tolist()
+    return {
+        "differing": ints[0],
+        "max_ulp": ints[1],
+        "nan_mismatches": ints[2],
+        "histogram": dict(zip(ULP_BUCKETS, ints[3:], strict=True)),
+        "max_abs_diff": diffs[0],
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [2112, 3 * compiled.BLOCK + 5], ids=["one-program", "four-programs"])
+def test_one_pass_gives_the_statistics_of_bits_compare(kernel, dtype, n):
+    served, reference = pair(dtype, n, seed=n)
+    got = stats(kernel.field_stats(served.view(-1, 1), reference.view(-1, 1)))
+    want = compare(served, reference)
+    assert got["differing"] == want["elements_differing"]
+    assert got["nan_mismatches"] == want["nan_mismatches"] == 1
+    assert got["histogram"] == want["ulp_histogram"]
+    assert all(count > 0 for count in got["histogram"].values())  # every bucket is exercised
+    assert got["max_abs_diff"] == want["max_abs_diff"]
+    int64_max = torch.iinfo(torch.int64).max
+    assert got["max_ulp"] == int(ulp_distance(served, reference).max()) == int64_max
+
+
+def test_finite_pairs_give_the_largest_distance_and_difference(kernel):
+    reference = torch.zeros(5000)
+    served = reference.clone()
+    served[4999] = -torch.finfo(torch.float32).tiny  # the tail: far from +0 in ULPs
+    served[7] = 0.5
+    got = stats(kernel.field_stats(served, reference))
+    assert got["max_ulp"] == int(ulp_distance(served, reference).max()) == 0x3F000000  # 0.5
+    assert got["max_abs_diff"] == 0.5
+    assert got["differing"] == 2 and got["histogram"][">16"] == 2
+
+
+def test_equal_tensors_give_zeros(kernel):
+    x = torch.randn(777).bfloat16()
+    got = stats(kernel.field_stats(x, x.clone()))
+    assert (got["differing"], got["max_ulp"], got["nan_mismatches"], got["max_abs_diff"]) == (
+        0,
+        0,
+        0,
+        0.0,
+    )
+    assert got["histogram"]["0"] == 777
+
+
+def test_other_dtypes_and_shapes_are_refused(kernel):
+    x = torch.randn(8)
+    assert not kernel.fused_applies(x.half(), x.half())
+    assert not kernel.fused_applies(x, x.bfloat16())
+    assert not kernel.fused_applies(x, x[:4])
+    assert not kernel.fused_applies(x[:0], x[:0])
+    with pytest.raises(ValueError, match="float32 or bfloat16 tensors of one shape"):
+        kernel.field_stats(x.half(), x.half())
