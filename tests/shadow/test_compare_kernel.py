@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from tests.kernels.conftest import import_interpreted
 from vllm_gdn_invariant.harness.bits import ULP_BUCKETS, compare, ulp_distance
+from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.shadow import compare_kernel as compiled
 
 INTERPRETED = "gdn_invariant_compare_kernel_interpreted"
@@ -94,3 +96,23 @@ def test_other_dtypes_and_shapes_are_refused(kernel):
     assert not kernel.fused_applies(x[:0], x[:0])
     with pytest.raises(ValueError, match="float32 or bfloat16 tensors of one shape"):
         kernel.field_stats(x.half(), x.half())
+
+
+@pytest.mark.skipif(not codegen.nvidia_tool("ptxas").exists(), reason="no ptxas in Triton")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_kernel_compiles_for_sm90_without_spills(dtype):
+    n = 64 * 32 * 128 * 128  # 64 rows of Qwen3-Next's recurrent state
+    programs = n // compiled.BLOCK
+    field = codegen.meta((n,), dtype)
+    arguments, constexprs = compiled.kernel_arguments(
+        field,
+        field,
+        codegen.meta((programs, compiled.COUNTS), torch.int64),
+        codegen.meta((programs,), torch.float64),
+    )
+    kernel = codegen.compile_kernel(
+        compiled.field_stats_kernel, arguments, constexprs, 4, 90, False
+    )
+    sass = codegen.sass_of(kernel.asm["cubin"])
+    assert "field_stats_kernel" in sass
+    assert not re.search(r"\b(?:LDL|STL)\b", sass)  # no local memory: no register spills

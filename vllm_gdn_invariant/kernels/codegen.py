@@ -39,9 +39,11 @@ from . import recurrent as recurrent_module
 from .validation import ConvDims, RecurrentDims
 
 TRITON_TYPES = {
+    torch.float64: "fp64",
     torch.float32: "fp32",
     torch.bfloat16: "bf16",
     torch.float16: "fp16",
+    torch.int16: "i16",
     torch.int32: "i32",
     torch.int64: "i64",
 }

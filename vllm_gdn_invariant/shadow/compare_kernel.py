@@ -122,6 +122,23 @@ def fused_applies(served: Tensor, reference: Tensor) -> bool:
     )
 
 
+def kernel_arguments(
+    served: Tensor, reference: Tensor, ints: Tensor, diffs: Tensor
+) -> tuple[tuple, dict[str, int]]:
+    """``field_stats_kernel``'s positional arguments and constexprs for one field."""
+    width = 8 * served.element_size()
+    arguments = (
+        raw_bits(served).reshape(-1),
+        raw_bits(reference).reshape(-1),
+        served.numel(),
+        ints,
+        diffs,
+    )
+    bounds = {f"U{i}": upper for i, upper in enumerate(ULP_BUCKET_UPPER)}
+    exponent = 0x7F800000 if width == 32 else 0x7F80
+    return arguments, {"EXPONENT": exponent, "WIDTH": width, **bounds, "BLOCK": BLOCK}
+
+
 def field_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
     """compare.py's ``(int64 [3 + buckets], float64 [1])`` for one field, in one pass."""
     if not fused_applies(served, reference):
@@ -133,23 +150,8 @@ def field_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
     programs = triton.cdiv(n, BLOCK)
     ints = torch.empty((programs, COUNTS), dtype=torch.int64, device=served.device)
     diffs = torch.empty(programs, dtype=torch.float64, device=served.device)
-    width = 8 * served.element_size()
-    field_stats_kernel[(programs,)](
-        raw_bits(served).reshape(-1),
-        raw_bits(reference).reshape(-1),
-        n,
-        ints,
-        diffs,
-        EXPONENT=0x7F800000 if width == 32 else 0x7F80,
-        WIDTH=width,
-        U0=ULP_BUCKET_UPPER[0],
-        U1=ULP_BUCKET_UPPER[1],
-        U2=ULP_BUCKET_UPPER[2],
-        U3=ULP_BUCKET_UPPER[3],
-        U4=ULP_BUCKET_UPPER[4],
-        U5=ULP_BUCKET_UPPER[5],
-        BLOCK=BLOCK,
-    )
+    arguments, constexprs = kernel_arguments(served, reference, ints, diffs)
+    field_stats_kernel[(programs,)](*arguments, **constexprs)
     at_most = ints[:, 3:].sum(dim=0)
     total = torch.tensor([n], dtype=torch.int64, device=served.device)
     histogram = torch.diff(at_most, prepend=at_most.new_zeros(1), append=total)
