@@ -33,8 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
 
-from vllm_gdn_invariant.harness.bits import differ  # noqa: E402
 from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs  # noqa: E402
+from vllm_gdn_invariant.shadow.bits import differ  # noqa: E402
 
 HV, K, V = 2, 32, 32
 PLACEMENTS = {"after_317": [300, 17], "after_320": [320], "first": []}

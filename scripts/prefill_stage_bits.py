@@ -26,9 +26,9 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
 
 from vllm_gdn_invariant.harness.autotune import autotuned_configs  # noqa: E402
-from vllm_gdn_invariant.harness.bits import differ  # noqa: E402
 from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs  # noqa: E402
 from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
+from vllm_gdn_invariant.shadow.bits import differ  # noqa: E402
 
 HV, K, V, BT = 8, 128, 128, 64
 PLACEMENTS = {

@@ -34,7 +34,7 @@ if str(REPO_ROOT) not in sys.path:
 from vllm_gdn_invariant.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config  # noqa: E402
 from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, Composition  # noqa: E402
 from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.shadow.evidence import (  # noqa: E402
+from vllm_gdn_invariant.harness.shadow_case import (  # noqa: E402
     FIELDS,
     field_summary,
     installed,

@@ -15,7 +15,7 @@ from vllm_gdn_invariant.golden import conv as conv_module
 from vllm_gdn_invariant.golden import conv_update, fixed_order_sum, recurrent_step
 from vllm_gdn_invariant.golden import recurrent as recurrent_module
 from vllm_gdn_invariant.golden.conv import accumulate_taps
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from .helpers import build_conv_case, build_recurrent_case
 

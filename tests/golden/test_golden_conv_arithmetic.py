@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vllm_gdn_invariant.golden import conv_update, silu
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from .helpers import build_conv_case
 

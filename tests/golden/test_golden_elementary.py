@@ -11,7 +11,7 @@ from torch import Tensor
 
 from vllm_gdn_invariant.golden import elementary, exp, log1p, sigmoid, silu, softplus, sqrt
 from vllm_gdn_invariant.golden.elementary import exp_forward
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 FLT_TRUE_MIN = 2.0**-149
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from vllm_gdn_invariant.golden import recurrent_step
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from .helpers import build_recurrent_case
 

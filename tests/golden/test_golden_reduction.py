@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from vllm_gdn_invariant.golden import fixed_order_sum
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 
 def fp32(values) -> torch.Tensor:

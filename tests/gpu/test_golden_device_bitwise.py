@@ -23,8 +23,8 @@ from vllm_gdn_invariant.golden import (
     softplus,
     sqrt,
 )
-from vllm_gdn_invariant.harness.bits import same_bits, ulp_distance
 from vllm_gdn_invariant.harness.layer import LAYOUTS
+from vllm_gdn_invariant.shadow.bits import same_bits, ulp_distance
 
 pytestmark = [
     pytest.mark.gpu,

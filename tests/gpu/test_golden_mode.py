@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
-from vllm_gdn_invariant.harness.bits import same_bits
 from vllm_gdn_invariant.harness.layer import (
     QWEN3_NEXT_DIMS,
     QWEN3_NEXT_TP4_DIMS,
@@ -25,6 +24,7 @@ from vllm_gdn_invariant.harness.layer import (
 from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS
 from vllm_gdn_invariant.patches import apply_all, routing_patch
 from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 pytestmark = [
     pytest.mark.gpu,

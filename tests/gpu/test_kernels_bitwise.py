@@ -16,12 +16,12 @@ import torch
 
 from vllm_gdn_invariant.golden import conv_update as golden_conv_update
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
-from vllm_gdn_invariant.harness.bits import differ, same_bits
 from vllm_gdn_invariant.harness.layer import LayerDims
 from vllm_gdn_invariant.kernels import codegen, conv_update, recurrent_step
 from vllm_gdn_invariant.kernels.conv import conv_config, launch_conv
 from vllm_gdn_invariant.kernels.recurrent import launch_recurrent, recurrent_config
 from vllm_gdn_invariant.kernels.validation import check_conv_args, check_recurrent_args
+from vllm_gdn_invariant.shadow.bits import differ, same_bits
 
 pytestmark = [
     pytest.mark.gpu,

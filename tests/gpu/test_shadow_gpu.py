@@ -18,7 +18,7 @@ import torch
 
 from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_TP4_DIMS, make_vllm_config
 from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, Composition
-from vllm_gdn_invariant.shadow.evidence import FIELDS, installed, shadow_case
+from vllm_gdn_invariant.harness.shadow_case import FIELDS, installed, shadow_case
 
 pytestmark = [
     pytest.mark.gpu,

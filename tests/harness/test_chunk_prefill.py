@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from vllm_gdn_invariant.harness.bits import same_bits
 from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 
 def test_a_seed_draws_the_same_bits_and_another_seed_others():

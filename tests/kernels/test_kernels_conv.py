@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from vllm_gdn_invariant.golden import conv_update as golden_conv_update
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..golden.helpers import build_conv_case
 

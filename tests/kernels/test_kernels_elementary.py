@@ -13,7 +13,7 @@ from torch import Tensor
 
 from vllm_gdn_invariant.golden import elementary as golden_elementary
 from vllm_gdn_invariant.golden import fixed_order_sum
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 # The interpreter computes with numpy, which warns where a result overflows to inf or is NaN;
 # the sweeps reach those values on purpose.

@@ -11,7 +11,7 @@ import torch
 from vllm_gdn_invariant.golden import conv_update as golden_conv_update
 from vllm_gdn_invariant.golden import elementary as golden_elementary
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..golden.helpers import build_conv_case, build_recurrent_case
 

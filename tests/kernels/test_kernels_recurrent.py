@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..golden.helpers import build_recurrent_case
 

@@ -9,7 +9,7 @@ import torch
 
 from vllm_gdn_invariant.golden import conv_update as golden_conv_update
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
-from vllm_gdn_invariant.harness.bits import same_bits
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from .conftest import INTERPRETED_KERNELS
 

@@ -20,7 +20,6 @@ import torch
 from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 from vllm.v1.attention.backends import gdn_attn
 
-from vllm_gdn_invariant.harness.bits import same_bits
 from vllm_gdn_invariant.harness.layer import (
     LayerDims,
     Request,
@@ -34,6 +33,7 @@ from vllm_gdn_invariant.harness.layer import (
 )
 from vllm_gdn_invariant.patches import routed_forward_core as routing
 from vllm_gdn_invariant.patches import routing_patch
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from . import standins
 

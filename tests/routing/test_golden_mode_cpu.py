@@ -11,7 +11,6 @@ import torch
 from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
 
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
-from vllm_gdn_invariant.harness.bits import same_bits
 from vllm_gdn_invariant.harness.layer import (
     LayerDims,
     build_metadata,
@@ -23,6 +22,7 @@ from vllm_gdn_invariant.harness.layer import (
 )
 from vllm_gdn_invariant.patches import apply_all
 from vllm_gdn_invariant.patches.golden_decode import CPU_GDN_MODULE, golden_decode_patches
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..conftest import requires_ci_environment
 

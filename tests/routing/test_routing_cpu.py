@@ -15,7 +15,6 @@ import pytest
 import torch
 from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
-from vllm_gdn_invariant.harness.bits import same_bits
 from vllm_gdn_invariant.harness.layer import (
     LayerDims,
     build_metadata,
@@ -28,6 +27,7 @@ from vllm_gdn_invariant.harness.layer import (
 )
 from vllm_gdn_invariant.patches import routed_forward_core as routing
 from vllm_gdn_invariant.patches import routing_patch
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from . import standins
 

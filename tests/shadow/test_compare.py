@@ -1,11 +1,11 @@
-"""The checker's field statistics are those of harness/bits.py's compare."""
+"""The checker's field statistics are those of shadow/bits.py's compare."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.bits import compare, ulp_distance
+from vllm_gdn_invariant.shadow.bits import compare, ulp_distance
 from vllm_gdn_invariant.shadow.compare import (
     histogram_by_bincount,
     histogram_by_bounds,

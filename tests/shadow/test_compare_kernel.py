@@ -1,4 +1,4 @@
-"""compare_kernel.py's one pass gives harness/bits.py's statistics (Triton's interpreter, CPU)."""
+"""compare_kernel.py's one pass gives shadow/bits.py's statistics (Triton's interpreter, CPU)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tests.kernels.conftest import import_interpreted
-from vllm_gdn_invariant.harness.bits import ULP_BUCKETS, compare, ulp_distance
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.shadow import compare_kernel as compiled
+from vllm_gdn_invariant.shadow.bits import ULP_BUCKETS, compare, ulp_distance
 
 INTERPRETED = "gdn_invariant_compare_kernel_interpreted"
 

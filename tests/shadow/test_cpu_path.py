@@ -9,7 +9,6 @@ from unittest import mock
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.bits import same_bits
 from vllm_gdn_invariant.harness.layer import (
     build_metadata,
     make_layer_state,
@@ -22,6 +21,7 @@ from vllm_gdn_invariant.patches.golden_decode import CPU_GDN_MODULE, golden_deco
 from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.shadow import checker as checker_module
 from vllm_gdn_invariant.shadow import metrics
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..conftest import requires_ci_environment
 from ..routing.test_golden_mode_cpu import DIMS, cpu_layer

@@ -14,12 +14,12 @@ import pytest
 import torch
 from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
-from vllm_gdn_invariant.harness.bits import same_bits
 from vllm_gdn_invariant.patches import apply_all, routed_forward_core, routing_patch
 from vllm_gdn_invariant.patches.base import PatchError
 from vllm_gdn_invariant.patches.shadow import WrapPatch, shadow_patches
 from vllm_gdn_invariant.shadow import checker as checker_module
 from vllm_gdn_invariant.shadow import metrics
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..routing import standins
 from ..routing.test_routing_cpu import KERNELS, KERNELS_SINCE_0_34

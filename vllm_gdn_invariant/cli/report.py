@@ -3,7 +3,7 @@ records as tables.
 
 One table per (reference, provider) found in the files, one row per GDN layer and field:
 checks, checks in which some element differs, elements compared and differing, max |diff|,
-max ULP distance and the summed ULP histogram (buckets of harness/bits.py). Failures of the
+max ULP distance and the summed ULP histogram (buckets of shadow/bits.py). Failures of the
 shadow path are listed by stage. ``--plot FILE`` also draws the ULP histograms (matplotlib,
 the ``plot`` extra): one panel per (reference, provider) and field, one bar per bucket,
 summed over layers, log scale.

@@ -7,7 +7,7 @@ from B=4 up) go through the golden ``recurrent_step`` and vLLM's
 ``fused_recurrent_gated_delta_rule_packed_decode``, and through the golden ``conv_update`` and
 vLLM's ``causal_conv1d_update`` (SiLU, no bias, dim-first cache, W=4). For outputs and states
 the report gives elements whose bits differ, the total, max |diff| and a histogram of ULP
-distances (bits.py). Inputs are generated on CPU, so every device sees the same values; the
+distances (shadow/bits.py). Inputs are generated on CPU, so every device sees the same values; the
 providers are passed in (``load_providers`` finds vLLM's), so the cases also run on CPU with
 stand-ins. scripts/provider_agreement.py is the command line.
 """
@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
-from vllm_gdn_invariant.harness.bits import compare, ordered_bits
 from vllm_gdn_invariant.harness.layer import STATE_DTYPES, LayerDims
 from vllm_gdn_invariant.harness.provenance import provenance
+from vllm_gdn_invariant.shadow.bits import compare, ordered_bits
 
 SCHEMA = "vllm-gdn-invariant/provider-agreement/1"
 RECURRENT_MODULES = (

@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from vllm_gdn_invariant.harness.bits import differ
 from vllm_gdn_invariant.harness.layer import (
     LayerDims,
     LayerState,
@@ -34,6 +33,7 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
+from vllm_gdn_invariant.shadow.bits import differ
 
 FOLLOWING_DECODE_STEPS = 16
 

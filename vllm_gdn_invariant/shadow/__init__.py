@@ -10,7 +10,10 @@ It never changes what is served. One module per job:
 * ``sampling.py``: which decode rows of a step are checked;
 * ``snapshot.py``: the copies taken before the step;
 * ``reference.py``: the goldens, or vLLM's decode-only path, on the copies;
-* ``compare.py``: served against reference, in bits and ULPs (harness/bits.py);
+* ``bits.py``: equal bits, differing elements and ULP distances of float tensors (also the
+  terms of every bitwise test and evidence script);
+* ``compare.py``: served against reference, in the terms of ``bits.py``, and
+  ``compare_kernel.py``: the same statistics in one pass on CUDA;
 * ``record.py``: the JSONL records and the per-process file;
 * ``metrics.py``: the Prometheus metrics and their way to vLLM's ``/metrics``;
 * ``checker.py``: the sequence around one serving call, and failure handling.

@@ -1,7 +1,7 @@
-"""Served rows against a reference, field by field, in the terms of harness/bits.py.
+"""Served rows against a reference, field by field, in the terms of shadow/bits.py.
 
 For each field (``output``, ``recurrent_state``, ``conv_state``) the statistics are those of
-:func:`vllm_gdn_invariant.harness.bits.compare`: elements compared, elements whose bits differ
+:func:`vllm_gdn_invariant.shadow.bits.compare`: elements compared, elements whose bits differ
 (+0 and -0 differ), max |diff| over pairs where both are finite, NaN mismatches, and the ULP
 histogram in the buckets of ``bits.ULP_BUCKETS``; plus the max ULP distance (int64 max when
 one side is NaN). They are computed on the tensors' device with ``bits.raw_bits`` and
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor
 
-from vllm_gdn_invariant.harness.bits import (
+from vllm_gdn_invariant.shadow.bits import (
     ULP_BUCKET_UPPER,
     ULP_BUCKETS,
     raw_bits,

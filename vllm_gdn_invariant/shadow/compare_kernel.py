@@ -5,7 +5,7 @@ raw bits ``a`` (served) and ``b`` (reference) once and reduces its block to nine
 one float:
 
 * elements whose bits differ (``a != b``; +0 and -0 differ);
-* the largest ULP distance of ``harness/bits.py``'s ``ulp_distance``: ordered magnitudes
+* the largest ULP distance of ``shadow/bits.py``'s ``ulp_distance``: ordered magnitudes
   (``-(bits & magnitude_mask)`` for a set sign bit), 0 when both are NaN, int64 max when one
   is;
 * NaN mismatches (exactly one side NaN);
@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from vllm_gdn_invariant.harness.bits import ULP_BUCKET_UPPER, raw_bits
+from vllm_gdn_invariant.shadow.bits import ULP_BUCKET_UPPER, raw_bits
 
 BLOCK = 4096
 COUNTS = 9  # differing, max distance, NaN mismatches, six counts of distance <= upper

@@ -20,7 +20,6 @@ from unittest import mock
 
 import torch
 
-from vllm_gdn_invariant.harness.bits import same_bits
 from vllm_gdn_invariant.harness.layer import (
     LayerDims,
     build_metadata,
@@ -36,6 +35,7 @@ from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
 from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.shadow import checker as checker_module
 from vllm_gdn_invariant.shadow import metrics
+from vllm_gdn_invariant.shadow.bits import same_bits
 from vllm_gdn_invariant.shadow.config import parse_shadow
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics
 

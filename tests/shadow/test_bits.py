@@ -1,11 +1,12 @@
-"""CPU checks of harness/bits.py: equal bits, differing elements, ULP distances, histograms."""
+"""CPU checks of shadow/bits.py: equal bits, differing elements, ULP distances, histograms."""
 
 import math
 
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.bits import (
+from tests.harness.helpers import next_up
+from vllm_gdn_invariant.shadow.bits import (
     ULP_BUCKETS,
     compare,
     differ,
@@ -14,8 +15,6 @@ from vllm_gdn_invariant.harness.bits import (
     ulp_distance,
     ulp_histogram,
 )
-
-from .helpers import next_up
 
 
 def test_ordered_bits_step_by_one_between_neighbours_and_merge_signed_zeros():
