@@ -3,32 +3,19 @@ scheduler for a tiny Qwen3-Next with synthetic requests, the tiny model's config
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from vllm_gdn_invariant.models.tiny import TINY_QWEN3_NEXT
-from vllm_gdn_invariant.patches.base import MethodPatch, apply_all
 
 MAX_MODEL_LEN = 4096
 ATTENTION_LAYER = "model.layers.3.self_attn.attn"
 GDN_LAYER = "model.layers.0.linear_attn"
-
-
-@contextlib.contextmanager
-def applied(patches: Sequence[MethodPatch]) -> Iterator[None]:
-    """The patches installed for the duration of the block, vLLM's originals back after it."""
-    apply_all(patches)
-    try:
-        yield
-    finally:
-        for patch in reversed(patches):
-            patch.revert()
 
 
 def model_folder(**overrides) -> Path:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from vllm.platforms.interface import Platform
 
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.bi_align_block import align_block_patch, grid_block_size
 from vllm_gdn_invariant.patches.bi_patch import CHUNK_GRID
 
-from .helpers import applied, model_folder, vllm_config
+from .helpers import model_folder, vllm_config
 
 
 class TritonLikeBackend:

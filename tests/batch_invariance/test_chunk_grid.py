@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.bi_align_block import grid_block_size
 from vllm_gdn_invariant.patches.bi_chunk_grid import (
     GRID_ATTR,
@@ -13,7 +14,7 @@ from vllm_gdn_invariant.patches.bi_chunk_grid import (
 )
 from vllm_gdn_invariant.patches.bi_patch import CHUNK_GRID, BatchInvarianceConfigError
 
-from .helpers import applied, chunk_ends, model_folder, prefill_chunks, scheduler, vllm_config
+from .helpers import chunk_ends, model_folder, prefill_chunks, scheduler, vllm_config
 
 # Prompts that share the token budget so that the scheduler cuts them mid-way.
 PROMPTS = {"target": 300, "a": 100, "b": 37, "c": 250, "d": 64, "e": 5}

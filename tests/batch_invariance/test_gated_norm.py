@@ -10,12 +10,11 @@ import pytest
 import torch
 from vllm.third_party.flash_linear_attention.ops import layernorm_guard
 
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.bi_gated_norm import (
     QWEN3_5_GATED_NORM_MODULE,
     gated_norm_patches,
 )
-
-from .helpers import applied
 
 SMS = 132  # H100/H200
 HEAD_V_DIM = 128

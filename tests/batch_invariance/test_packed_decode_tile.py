@@ -9,11 +9,10 @@ import pytest
 import torch
 from packaging.version import Version
 
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.batch_invariance import PACKED_DECODE_TILE_SINCE
 from vllm_gdn_invariant.patches.bi_packed_decode import packed_decode_patch, pinned_tile
 from vllm_gdn_invariant.plugin.versions import installed_release
-
-from .helpers import applied
 
 H, HV, K, V = 2, 4, 128, 128
 BATCHES = [1, 16, 17, 64]  # B * HV: 4, 64 (small tile in vLLM), 68, 256 (large tile)

@@ -7,6 +7,7 @@ import functools
 
 import pytest
 
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.base import PATCH_ATTR
 from vllm_gdn_invariant.patches.batch_invariance import (
     batch_invariance_patches,
@@ -16,8 +17,6 @@ from vllm_gdn_invariant.patches.bi_selector import GET_ATTN_BACKEND
 from vllm_gdn_invariant.plugin import entry
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig
 from vllm_gdn_invariant.plugin.versions import FINGERPRINTS, check_targets, installed_release
-
-from .helpers import applied
 
 LABELS = (
     "qwen-gdn-backend",

@@ -7,9 +7,10 @@ import pytest
 import torch
 from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.bi_prefill import prefill_patch
 
-from .helpers import applied, model_folder, vllm_config
+from .helpers import model_folder, vllm_config
 
 
 class Hopper:

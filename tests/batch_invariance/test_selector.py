@@ -18,10 +18,9 @@ from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
 from vllm.v1.attention import selector
 from vllm.v1.attention.backends.gdn_attn import GDNAttentionBackend
 
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.bi_patch import COVERAGE
 from vllm_gdn_invariant.patches.bi_selector import selector_patch
-
-from .helpers import applied
 
 REFUSAL = "VLLM batch_invariant mode is not supported for GDN_ATTN"
 

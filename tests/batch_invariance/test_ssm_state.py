@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from vllm.model_executor.models.config import HybridAttentionMambaModelConfig
 
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.bi_patch import BatchInvarianceConfigError
 from vllm_gdn_invariant.patches.bi_ssm_state import ssm_state_patch
 
-from .helpers import applied, model_folder, vllm_config
+from .helpers import model_folder, vllm_config
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from vllm_gdn_invariant.harness.layer import (
     step_requests,
 )
 from vllm_gdn_invariant.harness.mixed_step import Composition
-from vllm_gdn_invariant.patches import apply_all, routing_patch
+from vllm_gdn_invariant.patches import applied, routing_patch
 from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
 from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.shadow import checker as checker_module
@@ -59,14 +59,13 @@ def installed(routed: bool, golden_mode: bool = False) -> Iterator[None]:
     patches = [routing_patch()] if routed else []
     patches += golden_decode_patches() if golden_mode else []
     patches += shadow_patches()
-    with mock.patch.object(metrics, "setup_process", lambda: None):
-        apply_all(patches)
-    try:
-        yield
-    finally:
-        for patch in reversed(patches):
-            patch.revert()
-        checker_module.install(None)
+    with contextlib.ExitStack() as stack:
+        with mock.patch.object(metrics, "setup_process", lambda: None):
+            stack.enter_context(applied(patches))
+        try:
+            yield
+        finally:
+            checker_module.install(None)
 
 
 def make_checker(reference: str, mode: str, **options: Any) -> checker_module.ShadowChecker:

@@ -9,7 +9,13 @@
 
 from __future__ import annotations
 
-from vllm_gdn_invariant.patches.base import MethodPatch, PatchError, SourceTarget, apply_all
+from vllm_gdn_invariant.patches.base import (
+    MethodPatch,
+    PatchError,
+    SourceTarget,
+    applied,
+    apply_all,
+)
 from vllm_gdn_invariant.patches.routing import routing_patch
 
-__all__ = ["MethodPatch", "PatchError", "SourceTarget", "apply_all", "routing_patch"]
+__all__ = ["MethodPatch", "PatchError", "SourceTarget", "applied", "apply_all", "routing_patch"]

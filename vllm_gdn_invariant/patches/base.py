@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,15 @@ def apply_all(patches: Sequence[MethodPatch]) -> None:
         for patch in reversed(done):
             patch.revert()
         raise
+
+
+@contextlib.contextmanager
+def applied(patches: Sequence[MethodPatch]) -> Iterator[None]:
+    """The patches applied (all or none) for the duration of the block, reverted after it in
+    reverse order."""
+    apply_all(patches)
+    try:
+        yield
+    finally:
+        for patch in reversed(patches):
+            patch.revert()
