@@ -226,3 +226,38 @@ def test_unknown_model_is_refused_before_writing(tmp_path):
     with pytest.raises(ValueError, match="qwen3_next, qwen3_5"):
         write_weighted_model(tmp_path / "m", "llama")
     assert not (tmp_path / "m").exists()
+
+
+def bench_round(order, tok_s, prefill_s, itl_ms):
+    return {
+        "order": order,
+        **{
+            arm: {
+                "throughput": {"output_tok_s": t, "total_tok_s": 5 * t, "seconds": 1000 / t},
+                "prefill": {"seconds": p},
+                "itl": {"itl_ms": i},
+            }
+            for arm, t, p, i in zip(order, tok_s, prefill_s, itl_ms, strict=True)
+        },
+    }
+
+
+def test_the_benchmark_summary_is_medians_their_ratios_and_the_spread():
+    arms = ["vllm", "route", "bi"]
+    rounds = [
+        bench_round(arms, [100, 110, 80], [1.0, 1.0, 1.2], [2.0, 2.0, 2.5]),
+        bench_round(arms, [120, 90, 70], [1.1, 0.9, 1.3], [2.2, 2.1, 2.4]),
+        bench_round(arms, [90, 100, 75], [0.9, 1.0, 1.1], [2.1, 2.0, 2.6]),
+    ]
+    summary = bench.summarize(rounds)
+    assert summary["medians"]["vllm"]["output_tok_s"] == 100
+    assert summary["medians"]["bi"]["output_tok_s"] == 75
+    assert summary["spread"]["vllm"]["output_tok_s"] == [90, 120]
+    assert summary["ratios"]["route"]["throughput_vs_vllm"] == 1.0
+    assert summary["ratios"]["bi"]["throughput_vs_vllm"] == 0.75
+    assert summary["ratios"]["bi"]["throughput_overhead"] == 1 / 0.75 - 1  # 1 / ratio - 1
+    assert summary["ratios"]["bi"]["itl_vs_vllm"] == 2.5 / 2.1  # medians' quotient
+    assert summary["targets"] == {
+        "route_throughput_at_least_0.99x": True,
+        "bi_throughput_overhead_below_34_percent": True,
+    }

@@ -255,20 +255,29 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+METRICS = {  # name in the summary: (workload, field)
+    "output_tok_s": ("throughput", "output_tok_s"),
+    "total_tok_s": ("throughput", "total_tok_s"),
+    "throughput_seconds": ("throughput", "seconds"),
+    "prefill_seconds": ("prefill", "seconds"),
+    "itl_ms": ("itl", "itl_ms"),
+}
+
+
 def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Medians per arm and the ratios to vLLM alone."""
+    """Medians per arm, their ratios to vLLM alone, and each metric's range over the rounds
+    (``spread``: min and max, the noise the ratios sit in)."""
     per_arm: dict[str, dict[str, float]] = {}
+    spread: dict[str, dict[str, list[float]]] = {}
     for arm in ARMS:
         done = [r[arm] for r in rounds if arm in r]
         if not done:
             continue
-        per_arm[arm] = {
-            "output_tok_s": median([d["throughput"]["output_tok_s"] for d in done]),
-            "total_tok_s": median([d["throughput"]["total_tok_s"] for d in done]),
-            "throughput_seconds": median([d["throughput"]["seconds"] for d in done]),
-            "prefill_seconds": median([d["prefill"]["seconds"] for d in done]),
-            "itl_ms": median([d["itl"]["itl_ms"] for d in done]),
+        values = {
+            name: [d[workload][field] for d in done] for name, (workload, field) in METRICS.items()
         }
+        per_arm[arm] = {name: median(v) for name, v in values.items()}
+        spread[arm] = {name: [min(v), max(v)] for name, v in values.items()}
     ratios: dict[str, Any] = {}
     base = per_arm.get("vllm")
     for arm in ("route", "bi"):
@@ -288,7 +297,7 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         ratios["bi"]["throughput_overhead"] = overhead
         ratios["bi"]["itl_overhead"] = ratios["bi"]["itl_vs_vllm"] - 1
         targets["bi_throughput_overhead_below_34_percent"] = overhead < 0.34
-    return {"medians": per_arm, "ratios": ratios, "targets": targets}
+    return {"medians": per_arm, "spread": spread, "ratios": ratios, "targets": targets}
 
 
 def profile(engines: dict[str, Engine], ready: list[str], timeout: float) -> dict[str, Any]:
