@@ -72,9 +72,11 @@ def kernel_time_summary(paths: Iterable[Path], top: int = 12) -> dict[str, Any]:
         for event in device_events(path):
             us = float(event.get("dur", 0.0))
             name = event.get("name", "?")
-            by_category[category(name)] = by_category.get(category(name), 0.0) + us
             by_name[name] = by_name.get(name, 0.0) + us
             count += 1
+    for name, us in by_name.items():  # one regex search per distinct kernel name
+        label = category(name)
+        by_category[label] = by_category.get(label, 0.0) + us
     total = sum(by_category.values())
     ranked = sorted(by_name.items(), key=lambda item: -item[1])[:top]
     return {
