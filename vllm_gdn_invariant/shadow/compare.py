@@ -21,6 +21,7 @@ from torch import Tensor
 from vllm_gdn_invariant.shadow.bits import (
     ULP_BUCKET_UPPER,
     ULP_BUCKETS,
+    buckets_from_bounds,
     raw_bits,
     ulp_distance,
 )
@@ -63,8 +64,7 @@ def histogram_by_bincount(distance: Tensor) -> Tensor:
 def histogram_by_bounds(distance: Tensor) -> Tensor:
     """The same counts from one count per bucket bound (``distance <= upper``)."""
     at_most = torch.stack([(distance <= upper).sum() for upper in ULP_BUCKET_UPPER])
-    total = torch.tensor([distance.numel()], dtype=torch.int64, device=distance.device)
-    return torch.diff(at_most, prepend=at_most.new_zeros(1), append=total)
+    return buckets_from_bounds(at_most, distance.numel())
 
 
 def histogram(distance: Tensor) -> Tensor:

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from vllm_gdn_invariant.shadow.bits import ULP_BUCKET_UPPER, raw_bits
+from vllm_gdn_invariant.shadow.bits import ULP_BUCKET_UPPER, buckets_from_bounds, raw_bits
 
 BLOCK = 4096
 COUNTS = 9  # differing, max distance, NaN mismatches, six counts of distance <= upper
@@ -152,8 +152,6 @@ def field_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
     diffs = torch.empty(programs, dtype=torch.float64, device=served.device)
     arguments, constexprs = kernel_arguments(served, reference, ints, diffs)
     field_stats_kernel[(programs,)](*arguments, **constexprs)
-    at_most = ints[:, 3:].sum(dim=0)
-    total = torch.tensor([n], dtype=torch.int64, device=served.device)
-    histogram = torch.diff(at_most, prepend=at_most.new_zeros(1), append=total)
+    histogram = buckets_from_bounds(ints[:, 3:].sum(dim=0), n)
     head = torch.stack([ints[:, 0].sum(), ints[:, 1].max(), ints[:, 2].sum()])
     return torch.cat([head, histogram]), diffs.max().reshape(1)
