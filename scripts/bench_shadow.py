@@ -368,7 +368,7 @@ def bench_compare(args: argparse.Namespace) -> list[dict]:
     """compare.py's statistics for one checked layer: the torch ops against the one-pass
     kernel (compare_kernel.py), rounds alternating, each timing ``--steps`` checks' compares
     with their host transfer; the two must give the same statistics."""
-    from vllm_gdn_invariant.shadow.compare import device_stats, torch_stats
+    from vllm_gdn_invariant.shadow.compare import device_stats, summarize, torch_stats
 
     if not torch.cuda.is_available():
         raise SystemExit("bench_shadow: --compare needs CUDA")
@@ -377,13 +377,11 @@ def bench_compare(args: argparse.Namespace) -> list[dict]:
         fields = check_fields(state_dtype)
         arms = {"torch": torch_stats, "fused": device_stats}
 
-        def run(stats, fields: dict = fields) -> tuple[float, list]:
+        def run(stats, fields: dict = fields) -> tuple[float, dict]:
             sync()
             start = time.perf_counter()
             for _ in range(args.steps):
-                parts = [stats(*pair) for pair in fields.values()]
-                host = torch.cat([p[0] for p in parts] + [p[1].view(torch.int64) for p in parts])
-                values = host.cpu().tolist()
+                values = summarize(fields, stats)
             return (time.perf_counter() - start) / args.steps * 1e6, values
 
         answers = {arm: run(fn)[1] for arm, fn in arms.items()}  # warm-up: compiles

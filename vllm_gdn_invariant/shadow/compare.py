@@ -12,7 +12,7 @@ tests/shadow/test_compare.py pins them equal to ``bits.compare``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 import torch
@@ -103,10 +103,15 @@ def device_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
     return torch_stats(served, reference)
 
 
-def summarize(pairs: Mapping[str, tuple[Tensor, Tensor]]) -> dict[str, FieldStats]:
-    """``{field: (served, reference)}`` -> ``{field: FieldStats}``, with one host transfer."""
+def summarize(
+    pairs: Mapping[str, tuple[Tensor, Tensor]],
+    stats_of: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] = device_stats,
+) -> dict[str, FieldStats]:
+    """``{field: (served, reference)}`` -> ``{field: FieldStats}``, with one host transfer;
+    ``stats_of`` computes each field's statistics on its device (:func:`device_stats`, or
+    :func:`torch_stats` to time the torch ops against the one pass)."""
     names = list(pairs)
-    stats = [device_stats(*pairs[name]) for name in names]
+    stats = [stats_of(*pairs[name]) for name in names]
     floats_as_ints = [s[1].view(torch.int64) for s in stats]
     host = torch.cat([s[0] for s in stats] + floats_as_ints).cpu()  # the one synchronization
     ints = host[: -len(names)].tolist()
