@@ -35,6 +35,7 @@ Writes JSON with provenance (harness/provenance.py) and prints the ratios.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -247,23 +248,19 @@ def profile_step(step: Callable[[], object], top: int = 8) -> dict:
 
 
 def bench_layer(args: argparse.Namespace, folder: Path) -> list[dict]:
-    from vllm_gdn_invariant.patches import apply_all, routing_patch
+    from vllm_gdn_invariant.patches import applied, routing_patch
     from vllm_gdn_invariant.patches.shadow import shadow_patches
     from vllm_gdn_invariant.shadow import metrics
 
     if not torch.cuda.is_available():
         raise SystemExit("bench_shadow: the layer level needs CUDA (or use --engine)")
-    patches = [routing_patch(), *shadow_patches()]
-    with mock.patch.object(metrics, "setup_process", lambda: None):
-        apply_all(patches)
     results = []
-    try:
+    with contextlib.ExitStack() as stack:
+        with mock.patch.object(metrics, "setup_process", lambda: None):
+            stack.enter_context(applied([routing_patch(), *shadow_patches()]))
         for decodes, state_dtype in LAYER_CASES:
             results.append(bench_layer_case(decodes, state_dtype, args.steps, folder))
             print_result(results[-1])
-    finally:
-        for patch in reversed(patches):
-            patch.revert()
     return results
 
 

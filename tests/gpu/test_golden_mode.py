@@ -22,7 +22,7 @@ from vllm_gdn_invariant.harness.layer import (
     step_requests,
 )
 from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS
-from vllm_gdn_invariant.patches import apply_all, routing_patch
+from vllm_gdn_invariant.patches import applied, routing_patch
 from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
 from vllm_gdn_invariant.shadow.bits import same_bits
 
@@ -37,11 +37,8 @@ CASE_COMPOSITIONS = 3  # the routing evidence runs all; the goldens on a GPU are
 
 @pytest.fixture(scope="module")
 def golden_mode():
-    patches = [routing_patch(), *golden_decode_patches()]
-    apply_all(patches)
-    yield
-    for patch in reversed(patches):
-        patch.revert()
+    with applied([routing_patch(), *golden_decode_patches()]):
+        yield
 
 
 def golden_rows(state, inputs, d):

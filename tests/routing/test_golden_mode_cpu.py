@@ -20,7 +20,7 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
-from vllm_gdn_invariant.patches import apply_all
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.golden_decode import CPU_GDN_MODULE, golden_decode_patches
 from vllm_gdn_invariant.shadow.bits import same_bits
 
@@ -35,11 +35,8 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def golden_mode():
-    patches = golden_decode_patches()
-    apply_all(patches)
-    yield importlib.import_module(CPU_GDN_MODULE)
-    for patch in reversed(patches):
-        patch.revert()
+    with applied(golden_decode_patches()):
+        yield importlib.import_module(CPU_GDN_MODULE)
 
 
 @pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -16,7 +16,7 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
-from vllm_gdn_invariant.patches import apply_all
+from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.golden_decode import CPU_GDN_MODULE, golden_decode_patches
 from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.shadow import checker as checker_module
@@ -38,10 +38,8 @@ def mode(request, monkeypatch):
     monkeypatch.setattr(metrics, "setup_process", lambda: None)
     cpu_wrapper = shadow_patches()[1]
     patches = (golden_decode_patches() if request.param == "golden" else []) + [cpu_wrapper]
-    apply_all(patches)
-    yield request.param
-    for patch in reversed(patches):
-        patch.revert()
+    with applied(patches):
+        yield request.param
     checker_module.install(None)
 
 

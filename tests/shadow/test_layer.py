@@ -14,7 +14,7 @@ import pytest
 import torch
 from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
-from vllm_gdn_invariant.patches import apply_all, routed_forward_core, routing_patch
+from vllm_gdn_invariant.patches import applied, apply_all, routed_forward_core, routing_patch
 from vllm_gdn_invariant.patches.base import PatchError
 from vllm_gdn_invariant.patches.shadow import WrapPatch, shadow_patches
 from vllm_gdn_invariant.shadow import checker as checker_module
@@ -45,10 +45,8 @@ def patched(request, monkeypatch):
     """The shadow wrappers, over the routing patch ("routed") or over vLLM's own method."""
     monkeypatch.setattr(metrics, "setup_process", lambda: None)
     patches = ([routing_patch()] if request.param == "routed" else []) + shadow_patches()
-    apply_all(patches)
-    yield request.param
-    for patch in reversed(patches):
-        patch.revert()
+    with applied(patches):
+        yield request.param
 
 
 def differing(record):
