@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.shadow.test_compare_kernel import pair
+from tests.shadow.pairs import pair
 from vllm_gdn_invariant.shadow.compare import device_stats, torch_stats
 from vllm_gdn_invariant.shadow.compare_kernel import BLOCK
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.shadow.pairs import pair
 from vllm_gdn_invariant.shadow.bits import compare, ulp_distance
 from vllm_gdn_invariant.shadow.compare import (
     histogram_by_bincount,
@@ -13,24 +14,9 @@ from vllm_gdn_invariant.shadow.compare import (
 )
 
 
-def pair(dtype, seed):
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(64, 33, generator=g).to(dtype)
-    b = a.clone()
-    flat = b.view(-1)
-    steps = torch.randint(-40, 40, (200,), generator=g)
-    where = torch.randperm(flat.numel(), generator=g)[:200]
-    bits = flat.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[dtype])
-    bits[where] += steps.to(bits.dtype)  # 0 to 40 ULPs away
-    flat[0], a.view(-1)[0] = 0.0, -0.0  # +0 against -0: differ in bits, 0 ULPs
-    flat[1] = float("nan")  # NaN on one side
-    flat[2], a.view(-1)[2] = float("inf"), float("inf")
-    return b, a
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_statistics_equal_bits_compare(dtype):
-    served, reference = pair(dtype, 1)
+    served, reference = pair(dtype, 64 * 33, seed=1)
     stats = summarize({"output": (served, reference)})["output"]
     want = compare(served, reference)
     assert stats.compared == want["total_elements"]
@@ -66,7 +52,7 @@ def test_mismatched_shapes_are_refused():
 
 
 def test_both_histogram_ways_count_every_bucket_alike():
-    served, reference = pair(torch.float32, 2)
+    served, reference = pair(torch.float32, 64 * 33, seed=2)
     distance = ulp_distance(served, reference).flatten()
     by_bincount = histogram_by_bincount(distance)
     assert torch.equal(histogram_by_bounds(distance), by_bincount)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.kernels.conftest import import_interpreted
+from tests.shadow.pairs import pair
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.shadow import compare_kernel as compiled
 from vllm_gdn_invariant.shadow.bits import ULP_BUCKETS, compare, ulp_distance
@@ -19,24 +20,6 @@ INTERPRETED = "gdn_invariant_compare_kernel_interpreted"
 @pytest.fixture(scope="module")
 def kernel():
     return import_interpreted(INTERPRETED, Path(compiled.__file__))
-
-
-def pair(dtype: torch.dtype, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A reference and a served tensor 0-40 ULPs apart in places, with the special cases at
-    the start and at the very end (the last program's tail)."""
-    g = torch.Generator().manual_seed(seed)
-    reference = torch.randn(n, generator=g).to(dtype)
-    served = reference.clone()
-    bits = served.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[dtype])
-    where = torch.randperm(n, generator=g)[: n // 8]
-    bits[where] += torch.randint(-40, 41, (where.numel(),), generator=g).to(bits.dtype)
-    served[0], reference[0] = 0.0, -0.0  # differ in bits, 0 ULPs
-    served[1] = float("nan")  # one side NaN: int64 max
-    served[2], reference[2] = float("inf"), float("inf")  # equal, not finite
-    served[3], reference[3] = 1.0, -1.0  # across zero
-    served[4], reference[4] = float("nan"), -float("nan")  # both NaN: 0 ULPs, bits differ
-    served[-1], reference[-1] = 2.0, 3.0  # the last element, in a partial block
-    return served, reference
 
 
 def stats(result: tuple[torch.Tensor, torch.Tensor]) -> dict:
