@@ -12,7 +12,8 @@ from tests.kernels.conftest import import_interpreted
 from tests.shadow.pairs import pair
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.shadow import compare_kernel as compiled
-from vllm_gdn_invariant.shadow.bits import ULP_BUCKETS, compare, ulp_distance
+from vllm_gdn_invariant.shadow.bits import compare, ulp_distance
+from vllm_gdn_invariant.shadow.compare import FieldStats
 
 INTERPRETED = "gdn_invariant_compare_kernel_interpreted"
 
@@ -22,30 +23,26 @@ def kernel():
     return import_interpreted(INTERPRETED, Path(compiled.__file__))
 
 
-def stats(result: tuple[torch.Tensor, torch.Tensor]) -> dict:
-    ints, diffs = result[0].tolist(), result[1].tolist()
-    return {
-        "differing": ints[0],
-        "max_ulp": ints[1],
-        "nan_mismatches": ints[2],
-        "histogram": dict(zip(ULP_BUCKETS, ints[3:], strict=True)),
-        "max_abs_diff": diffs[0],
-    }
+def stats(kernel, served: torch.Tensor, reference: torch.Tensor) -> dict:
+    """The kernel's row for one field, read as FieldStats."""
+    out = torch.zeros(kernel.STATS_WIDTH, dtype=torch.int64)
+    kernel.field_stats(served, reference, out)
+    return FieldStats.of_row(out.tolist(), served.numel())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n", [2112, 3 * compiled.BLOCK + 5], ids=["one-program", "four-programs"])
 def test_one_pass_gives_the_statistics_of_bits_compare(kernel, dtype, n):
     served, reference = pair(dtype, n, seed=n)
-    got = stats(kernel.field_stats(served.view(-1, 1), reference.view(-1, 1)))
+    got = stats(kernel, served.view(-1, 1), reference.view(-1, 1))
     want = compare(served, reference)
-    assert got["differing"] == want["elements_differing"]
-    assert got["nan_mismatches"] == want["nan_mismatches"] == 1
-    assert got["histogram"] == want["ulp_histogram"]
-    assert all(count > 0 for count in got["histogram"].values())  # every bucket is exercised
-    assert got["max_abs_diff"] == want["max_abs_diff"]
+    assert got.differing == want["elements_differing"]
+    assert got.nan_mismatches == want["nan_mismatches"] == 1
+    assert got.ulp_histogram == want["ulp_histogram"]
+    assert all(count > 0 for count in got.ulp_histogram.values())  # every bucket is exercised
+    assert got.max_abs_diff == want["max_abs_diff"]
     int64_max = torch.iinfo(torch.int64).max
-    assert got["max_ulp"] == int(ulp_distance(served, reference).max()) == int64_max
+    assert got.max_ulp == int(ulp_distance(served, reference).max()) == int64_max
 
 
 def test_finite_pairs_give_the_largest_distance_and_difference(kernel):
@@ -53,22 +50,17 @@ def test_finite_pairs_give_the_largest_distance_and_difference(kernel):
     served = reference.clone()
     served[4999] = -torch.finfo(torch.float32).tiny  # the tail: far from +0 in ULPs
     served[7] = 0.5
-    got = stats(kernel.field_stats(served, reference))
-    assert got["max_ulp"] == int(ulp_distance(served, reference).max()) == 0x3F000000  # 0.5
-    assert got["max_abs_diff"] == 0.5
-    assert got["differing"] == 2 and got["histogram"][">16"] == 2
+    got = stats(kernel, served, reference)
+    assert got.max_ulp == int(ulp_distance(served, reference).max()) == 0x3F000000  # 0.5
+    assert got.max_abs_diff == 0.5
+    assert got.differing == 2 and got.ulp_histogram[">16"] == 2
 
 
 def test_equal_tensors_give_zeros(kernel):
     x = torch.randn(777).bfloat16()
-    got = stats(kernel.field_stats(x, x.clone()))
-    assert (got["differing"], got["max_ulp"], got["nan_mismatches"], got["max_abs_diff"]) == (
-        0,
-        0,
-        0,
-        0.0,
-    )
-    assert got["histogram"]["0"] == 777
+    got = stats(kernel, x, x.clone())
+    assert (got.differing, got.max_ulp, got.nan_mismatches, got.max_abs_diff) == (0, 0, 0, 0.0)
+    assert got.ulp_histogram["0"] == 777
 
 
 def test_other_dtypes_and_shapes_are_refused(kernel):
@@ -78,7 +70,9 @@ def test_other_dtypes_and_shapes_are_refused(kernel):
     assert not kernel.fused_applies(x, x[:4])
     assert not kernel.fused_applies(x[:0], x[:0])
     with pytest.raises(ValueError, match="float32 or bfloat16 tensors of one shape"):
-        kernel.field_stats(x.half(), x.half())
+        kernel.field_stats(x.half(), x.half(), torch.zeros(kernel.STATS_WIDTH, dtype=torch.int64))
+    with pytest.raises(ValueError, match="out must be int64"):
+        kernel.field_stats(x, x, torch.zeros(kernel.STATS_WIDTH))
 
 
 @pytest.mark.skipif(not codegen.nvidia_tool("ptxas").exists(), reason="no ptxas in Triton")
@@ -87,11 +81,9 @@ def test_the_kernel_compiles_for_sm90_without_spills(dtype):
     n = 64 * 32 * 128 * 128  # 64 rows of Qwen3-Next's recurrent state
     programs = n // compiled.BLOCK
     field = codegen.meta((n,), dtype)
+    assert programs > 1
     arguments, constexprs = compiled.kernel_arguments(
-        field,
-        field,
-        codegen.meta((programs, compiled.COUNTS), torch.int64),
-        codegen.meta((programs,), torch.float64),
+        field, field, codegen.meta((compiled.STATS_WIDTH,), torch.int64)
     )
     kernel = codegen.compile_kernel(
         compiled.field_stats_kernel, arguments, constexprs, 4, 90, False

@@ -30,6 +30,7 @@ def record(layer, reference="golden", provider="routed", step_kind="mixed", stat
         provider=provider,
         mode="route",
         reference=reference,
+        reference_impl="goldens" if reference == "golden" else "vllm-decode-only",
         state_dtype="float32",
         conv_state_dtype="bfloat16",
         rows=2,
@@ -67,9 +68,14 @@ def test_report_prints_a_table_per_reference_and_provider_by_layer_and_field(tmp
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "gdn_invariant shadow report: 4 checks, 1 failures, 2 file(s)"
-    assert "reference golden, provider routed: 3 checks (3 mixed)" in lines
-    assert "reference golden, provider vllm-packed-decode: 1 checks (1 mixed)" in lines
-    start = lines.index("reference golden, provider routed: 3 checks (3 mixed)")
+    assert "reference golden, provider routed: 3 checks (3 mixed); computed by goldens" in lines
+    assert (
+        "reference golden, provider vllm-packed-decode: 1 checks (1 mixed); computed by goldens"
+        in lines
+    )
+    start = lines.index(
+        "reference golden, provider routed: 3 checks (3 mixed); computed by goldens"
+    )
     rows = [line.split() for line in lines[start + 2 : start + 8]]
     # layers in numeric order (2 before 10), fields in order; summed over checks
     assert [r[:2] for r in rows] == [

@@ -56,6 +56,7 @@ class Group:
 
     checks: int = 0
     step_kinds: Counter = field(default_factory=Counter)
+    impls: Counter = field(default_factory=Counter)  # what computed the reference
     cells: dict[tuple[str, str], Cell] = field(default_factory=lambda: defaultdict(Cell))
     buckets: list[str] = field(default_factory=list)
 
@@ -84,6 +85,8 @@ def summarize(records: Iterable[dict[str, Any]]) -> Summary:
         group = summary.groups[(record["reference"], record["provider"])]
         group.checks += 1
         group.step_kinds[record["step_kind"]] += 1
+        if "reference_impl" in record:
+            group.impls[record["reference_impl"]] += 1
         for name in FIELDS:
             stats = record[name]
             if not group.buckets:
@@ -177,6 +180,8 @@ def render(summary: Summary, files: list[str]) -> list[str]:
     for (reference, provider), group in sorted(summary.groups.items()):
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(group.step_kinds.items()))
         title = f"reference {reference}, provider {provider}: {group.checks} checks ({kinds})"
+        if group.impls:
+            title += "; computed by " + ", ".join(sorted(group.impls))
         lines += ["", title]
         lines += table(group)
     if summary.failures:

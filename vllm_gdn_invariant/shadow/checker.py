@@ -12,7 +12,10 @@ steps: caches and their storage layout, what serves the rows, how to call the re
 2. runs the serving call, untouched;
 3. recomputes the rows with each configured reference (reference.py) and compares output,
    recurrent state and conv state with what was served (compare.py), writes one JSONL record
-   per reference (record.py) and updates the metrics (metrics.py).
+   per reference (record.py) and updates the metrics (metrics.py). The golden reference is
+   computed by the golden-matched kernels where they can run and did not serve the rows (CUDA,
+   outside mode ``golden``) unless ``golden_impl=torch``, otherwise by the PyTorch goldens
+   (:meth:`ShadowChecker.golden_impl`).
 
 It never changes what is served: the serving call gets the same arguments and runs whatever
 happens in steps 1 and 3. An exception in step 1 or 3 is caught, counted by stage (metrics and
@@ -38,10 +41,14 @@ from vllm_gdn_invariant.shadow.config import ShadowConfig
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics, export_dir
 from vllm_gdn_invariant.shadow.record import JsonlWriter, check_record, failure_record
 from vllm_gdn_invariant.shadow.reference import (
+    GOLDEN_KERNELS,
+    GOLDENS,
+    VLLM_DECODE,
     DecodeCall,
     GoldenParams,
     StateLayout,
     decode_reference,
+    golden_kernels_reference,
     golden_reference,
 )
 from vllm_gdn_invariant.shadow.sampling import RowSampler
@@ -55,6 +62,7 @@ except Exception:  # noqa: BLE001 - without vLLM the stdlib logger of that name 
 logger = init_logger("vllm.gdn_invariant.shadow")
 
 STAGES = ("setup", "snapshot", "reference", "compare", "record", "metrics")
+GOLDEN_MODE = "golden"  # the plugin mode whose decode rows the golden kernels serve
 
 
 @dataclass(frozen=True)
@@ -231,6 +239,19 @@ class ShadowChecker:
         for reference in self.config.references:
             self._check(pending, snapshot, served, reference, core_attn_out.dtype)
 
+    def golden_impl(self, site: Site) -> str:
+        """What computes the golden reference at ``site``: the golden-matched kernels on CUDA
+        caches in vLLM's CUDA layout, except in mode golden (they served the rows) and with
+        ``golden_impl=torch``; the PyTorch goldens otherwise."""
+        if (
+            self.config.golden_impl == "torch"
+            or self.mode == GOLDEN_MODE
+            or not site.ssm_cache.is_cuda
+            or site.layout.recurrent_k_major
+        ):
+            return GOLDENS
+        return GOLDEN_KERNELS
+
     def _check(
         self,
         pending: Pending,
@@ -243,8 +264,11 @@ class ShadowChecker:
         stage = "reference"
         try:
             if reference == "golden":
-                result = golden_reference(snapshot, site.golden_params(), site.layout, out_dtype)
+                impl = self.golden_impl(site)
+                compute = golden_kernels_reference if impl == GOLDEN_KERNELS else golden_reference
+                result = compute(snapshot, site.golden_params(), site.layout, out_dtype)
             else:
+                impl = VLLM_DECODE
                 result = decode_reference(
                     snapshot, site.layer, site.attn_metadata, site.decode_call, out_dtype
                 )
@@ -259,6 +283,7 @@ class ShadowChecker:
                     provider=site.provider,
                     mode=self.mode,
                     reference=reference,
+                    reference_impl=impl,
                     state_dtype=str(site.ssm_cache.dtype).removeprefix("torch."),
                     conv_state_dtype=str(site.conv_cache.dtype).removeprefix("torch."),
                     rows=snapshot.num_rows,

@@ -1,21 +1,21 @@
 """The field statistics of compare.py in one pass over served and reference (CUDA).
 
 For float32 and bfloat16 tensors, one Triton program per block of ``BLOCK`` elements reads the
-raw bits ``a`` (served) and ``b`` (reference) once and reduces its block to nine integers and
-one float:
+raw bits ``a`` (served) and ``b`` (reference) once, reduces its block and adds (or takes the
+maximum) into the field's row of compare.py's layout (int64 ``[STATS_WIDTH]``):
 
-* elements whose bits differ (``a != b``; +0 and -0 differ);
-* the largest ULP distance of ``shadow/bits.py``'s ``ulp_distance``: ordered magnitudes
-  (``-(bits & magnitude_mask)`` for a set sign bit), 0 when both are NaN, int64 max when one
-  is;
-* NaN mismatches (exactly one side NaN);
-* six counts ``distance <= upper`` for ``bits.ULP_BUCKET_UPPER``;
-* the largest ``|a - b|`` in float64 over pairs where both are finite (0 without any).
+0. elements whose bits differ (``a != b``; +0 and -0 differ);
+1. the largest ULP distance of ``shadow/bits.py``'s ``ulp_distance``: ordered magnitudes
+   (``-(bits & magnitude_mask)`` for a set sign bit), 0 when both are NaN, int64 max when one
+   is;
+2. NaN mismatches (exactly one side NaN);
+3. to 8. six counts ``distance <= upper`` for ``bits.ULP_BUCKET_UPPER``;
+9. the largest ``|a - b|`` in float64 over pairs where both are finite (0 without any), as its
+   bits: for values >= 0 the int64 order of the bits is the order of the values.
 
-Reductions are ``tl.reduce`` with this module's combine functions (integer adds, maxima). The
-host side sums the counts and takes the maxima over the programs' rows (exact in any order)
-and turns the six counts into the seven buckets of ``bits.ULP_BUCKETS``.
-``tests/shadow/test_compare_kernel.py`` pins the result to ``bits.compare`` (Triton's
+Counts are integer atomic adds and the maxima integer atomic maxima, exact in any order, so
+the row does not depend on how the programs are scheduled; the row must hold zeros before the
+launch. ``tests/shadow/test_compare_kernel.py`` pins the result to ``bits.compare`` (Triton's
 interpreter on CPU tensors) and ``tests/gpu/test_shadow_compare_gpu.py`` to compare.py's torch
 path on CUDA.
 """
@@ -27,12 +27,11 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from vllm_gdn_invariant.shadow.bits import ULP_BUCKET_UPPER, buckets_from_bounds, raw_bits
+from vllm_gdn_invariant.shadow.bits import ULP_BUCKET_UPPER, raw_bits
 
 BLOCK = 4096
-COUNTS = 9  # differing, max distance, NaN mismatches, six counts of distance <= upper
+STATS_WIDTH = 10  # differing, max ULP, NaN mismatches, six counts distance <= upper, max |diff|
 FUSED_DTYPES = (torch.float32, torch.bfloat16)
-INT64_MAX = torch.iinfo(torch.int64).max
 
 
 @triton.jit
@@ -69,8 +68,7 @@ def field_stats_kernel(
     a_ptr,
     b_ptr,
     n,
-    ints_ptr,
-    diffs_ptr,
+    out_ptr,
     EXPONENT: tl.constexpr,
     WIDTH: tl.constexpr,
     U0: tl.constexpr,
@@ -98,17 +96,16 @@ def field_stats_kernel(
     distance = tl.where(inside, distance, 0)
     finite = (magnitude_a < EXPONENT) & (magnitude_b < EXPONENT) & inside
     diff = tl.where(finite, tl.abs(value_a - value_b), 0.0)
-    row = ints_ptr + pid.to(tl.int64) * 9
-    tl.store(row + 0, count((a != b) & inside))
-    tl.store(row + 1, tl.reduce(distance, 0, larger))
-    tl.store(row + 2, count((nan_a ^ nan_b) & inside))
-    tl.store(row + 3, count((distance <= U0) & inside))
-    tl.store(row + 4, count((distance <= U1) & inside))
-    tl.store(row + 5, count((distance <= U2) & inside))
-    tl.store(row + 6, count((distance <= U3) & inside))
-    tl.store(row + 7, count((distance <= U4) & inside))
-    tl.store(row + 8, count((distance <= U5) & inside))
-    tl.store(diffs_ptr + pid, tl.reduce(diff, 0, larger))
+    tl.atomic_add(out_ptr + 0, count((a != b) & inside))
+    tl.atomic_max(out_ptr + 1, tl.reduce(distance, 0, larger))
+    tl.atomic_add(out_ptr + 2, count((nan_a ^ nan_b) & inside))
+    tl.atomic_add(out_ptr + 3, count((distance <= U0) & inside))
+    tl.atomic_add(out_ptr + 4, count((distance <= U1) & inside))
+    tl.atomic_add(out_ptr + 5, count((distance <= U2) & inside))
+    tl.atomic_add(out_ptr + 6, count((distance <= U3) & inside))
+    tl.atomic_add(out_ptr + 7, count((distance <= U4) & inside))
+    tl.atomic_add(out_ptr + 8, count((distance <= U5) & inside))
+    tl.atomic_max(out_ptr + 9, tl.reduce(diff, 0, larger).to(tl.int64, bitcast=True))
 
 
 def fused_applies(served: Tensor, reference: Tensor) -> bool:
@@ -123,35 +120,25 @@ def fused_applies(served: Tensor, reference: Tensor) -> bool:
 
 
 def kernel_arguments(
-    served: Tensor, reference: Tensor, ints: Tensor, diffs: Tensor
+    served: Tensor, reference: Tensor, out: Tensor
 ) -> tuple[tuple, dict[str, int]]:
     """``field_stats_kernel``'s positional arguments and constexprs for one field."""
     width = 8 * served.element_size()
-    arguments = (
-        raw_bits(served).reshape(-1),
-        raw_bits(reference).reshape(-1),
-        served.numel(),
-        ints,
-        diffs,
-    )
+    arguments = (raw_bits(served).reshape(-1), raw_bits(reference).reshape(-1), served.numel(), out)
     bounds = {f"U{i}": upper for i, upper in enumerate(ULP_BUCKET_UPPER)}
     exponent = 0x7F800000 if width == 32 else 0x7F80
     return arguments, {"EXPONENT": exponent, "WIDTH": width, **bounds, "BLOCK": BLOCK}
 
 
-def field_stats(served: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
-    """compare.py's ``(int64 [3 + buckets], float64 [1])`` for one field, in one pass."""
+def field_stats(served: Tensor, reference: Tensor, out: Tensor) -> None:
+    """Add one field's statistics into ``out`` (int64 ``[STATS_WIDTH]``, zeros), one pass."""
     if not fused_applies(served, reference):
         raise ValueError(
             f"field_stats takes two float32 or bfloat16 tensors of one shape, got "
             f"{served.dtype}{tuple(served.shape)} and {reference.dtype}{tuple(reference.shape)}"
         )
-    n = served.numel()
-    programs = triton.cdiv(n, BLOCK)
-    ints = torch.empty((programs, COUNTS), dtype=torch.int64, device=served.device)
-    diffs = torch.empty(programs, dtype=torch.float64, device=served.device)
-    arguments, constexprs = kernel_arguments(served, reference, ints, diffs)
+    if out.dtype != torch.int64 or out.shape != (STATS_WIDTH,) or out.device != served.device:
+        raise ValueError(f"out must be int64 [{STATS_WIDTH}] on {served.device}")
+    programs = triton.cdiv(served.numel(), BLOCK)
+    arguments, constexprs = kernel_arguments(served, reference, out)
     field_stats_kernel[(programs,)](*arguments, **constexprs)
-    histogram = buckets_from_bounds(ints[:, 3:].sum(dim=0), n)
-    head = torch.stack([ints[:, 0].sum(), ints[:, 1].max(), ints[:, 2].sum()])
-    return torch.cat([head, histogram]), diffs.max().reshape(1)

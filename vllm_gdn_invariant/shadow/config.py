@@ -1,7 +1,8 @@
 """The shadow checker's setting: ``VLLM_GDN_INVARIANT_SHADOW``.
 
 Grammar: ``off`` (default; also ``0`` or empty), or
-``<rate>[,ref=golden|decode|golden+decode][,out=PATH][,seed=INT][,max_rows=INT][,max_mb=NUM]``.
+``<rate>[,ref=golden|decode|golden+decode][,golden_impl=auto|torch][,out=PATH][,seed=INT]``
+``[,max_rows=INT][,max_mb=NUM]``.
 
 * ``rate``: the fraction of decode rows checked, in (0, 1]; a decimal (``0.015625``) or a
   fraction (``1/64``).
@@ -9,6 +10,11 @@ Grammar: ``off`` (default; also ``0`` or empty), or
   serving kernels give the trainer's bits?). ``decode``: vLLM's own decode-only path on a copy
   of the row's state (an L1 check: does a row get the bits of a decode-only step, i.e. does
   the routing hold live?). ``golden+decode``: both, one record each. Default ``golden``.
+* ``golden_impl``: what computes the golden reference. ``auto`` (default): on CUDA, the
+  golden-matched Triton kernels (bitwise the goldens, two launches per check) for rows they
+  did not serve, i.e. outside mode ``golden``; otherwise the PyTorch goldens. ``torch``: the
+  PyTorch goldens always (hundreds of launches per check on CUDA). Each record names the one
+  used (``reference_impl``).
 * ``out``: the JSONL file. Each process writes its own file, named with its pid: ``{pid}`` in
   the path is replaced by it, otherwise it goes before the suffix
   (``shadow.jsonl`` -> ``shadow.12345.jsonl``). Default ``gdn_invariant_shadow.jsonl`` in the
@@ -33,11 +39,13 @@ from pathlib import Path
 
 OFF_VALUES = ("", "0", "off")
 REFERENCES = ("golden", "decode", "golden+decode")
+GOLDEN_IMPLS = ("auto", "torch")
 DEFAULT_OUT = "gdn_invariant_shadow.jsonl"
 DEFAULT_MAX_ROWS = 64
 DEFAULT_MAX_MB = 256.0
 SHADOW_CHOICES = (
-    "off | 0 | <rate>[,ref=golden|decode|golden+decode][,out=PATH][,seed=INT]"
+    "off | 0 | <rate>[,ref=golden|decode|golden+decode][,golden_impl=auto|torch][,out=PATH]"
+    "[,seed=INT]"
     "[,max_rows=INT][,max_mb=NUM], rate in (0, 1] (e.g. 1/64 or 0.05)"
 )
 
@@ -57,6 +65,7 @@ class ShadowConfig:
     rate: float | None = None
     rate_text: str = "off"
     reference: str = "golden"
+    golden_impl: str = "auto"
     out: str = DEFAULT_OUT
     seed: int = 0
     max_rows: int = DEFAULT_MAX_ROWS
@@ -79,7 +88,8 @@ class ShadowConfig:
         if not self.enabled:
             return "off"
         return (
-            f"{self.rate_text} ref={self.reference} out={self.out} seed={self.seed} "
+            f"{self.rate_text} ref={self.reference} golden_impl={self.golden_impl} "
+            f"out={self.out} seed={self.seed} "
             f"max_rows={self.max_rows} max_mb={self.max_mb:g}"
         )
 
@@ -171,7 +181,7 @@ def parse_shadow(value: str) -> ShadowConfig:
     for option in options:
         key, sep, item = option.partition("=")
         key = key.strip().lower()
-        if not sep or key not in ("ref", "out", "seed", "max_rows", "max_mb"):
+        if not sep or key not in ("ref", "golden_impl", "out", "seed", "max_rows", "max_mb"):
             raise ShadowSettingError(f"unknown option {option!r}")
         if key in fields:
             raise ShadowSettingError(f"option {key} given twice")
@@ -180,10 +190,18 @@ def parse_shadow(value: str) -> ShadowConfig:
     reference = fields.get("ref", "golden").lower()
     if reference not in REFERENCES:
         raise ShadowSettingError(f"ref={reference!r} is not one of {', '.join(REFERENCES)}")
+    golden_impl = fields.get("golden_impl", "auto").lower()
+    if golden_impl not in GOLDEN_IMPLS:
+        raise ShadowSettingError(
+            f"golden_impl={golden_impl!r} is not one of {', '.join(GOLDEN_IMPLS)}"
+        )
+    if golden_impl != "auto" and "golden" not in reference.split("+"):
+        raise ShadowSettingError(f"golden_impl={golden_impl} needs ref=golden or golden+decode")
     return ShadowConfig(
         rate=rate,
         rate_text=rate_text,
         reference=reference,
+        golden_impl=golden_impl,
         out=check_writable(fields.get("out", DEFAULT_OUT)),
         seed=parse_int("seed", fields.get("seed", "0"), 0),
         max_rows=parse_int("max_rows", fields.get("max_rows", str(DEFAULT_MAX_ROWS)), 1),

@@ -5,6 +5,7 @@ A check record (``"kind": "check"``), one per layer, step and reference::
     {"kind": "check", "time": 1733200000.123, "pid": 4242, "process": "VllmWorker-0",
      "layer": "model.layers.0.linear_attn", "step": 17, "step_kind": "mixed",
      "provider": "routed", "mode": "route", "reference": "golden",
+     "reference_impl": "golden-kernels",
      "state_dtype": "float32", "conv_state_dtype": "bfloat16", "rows": 4,
      "decode_rows": 12, "snapshot_bytes": 8405120,
      "output": {"compared": ..., "differing": ..., "max_abs_diff": ..., "max_ulp": ...,
@@ -12,7 +13,9 @@ A check record (``"kind": "check"``), one per layer, step and reference::
      "recurrent_state": {...}, "conv_state": {...}}
 
 ``step_kind`` is ``decode`` (a decode-only step) or ``mixed`` (decode rows beside prefills);
-``provider`` says what served the rows (checker.py); ``step`` counts this process's steps.
+``provider`` says what served the rows (checker.py), ``reference_impl`` what computed the
+reference (``goldens``, ``golden-kernels`` or ``vllm-decode-only``: reference.py);
+``step`` counts this process's steps.
 A failure record (``"kind": "failure"``) has time, pid, process, ``stage`` and ``error``.
 This module imports neither torch nor vLLM (the ``report`` command reads records with it).
 """
@@ -49,6 +52,7 @@ def check_record(
     provider: str,
     mode: str,
     reference: str,
+    reference_impl: str,
     state_dtype: str,
     conv_state_dtype: str,
     rows: int,
@@ -64,6 +68,7 @@ def check_record(
         provider=provider,
         mode=mode,
         reference=reference,
+        reference_impl=reference_impl,
         state_dtype=state_dtype,
         conv_state_dtype=conv_state_dtype,
         rows=rows,

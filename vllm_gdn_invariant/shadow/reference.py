@@ -9,6 +9,11 @@ never touched, and return the output rows and the new blocks in the cache's stor
   It reads the blocks through :class:`StateLayout`: the conv block as the cache stores it
   (dim-first or not) and the recurrent block as ``[HV, V, K]`` or, on vLLM's CPU path, whose
   kernels read the same ``[HV, V, K]``-shaped cache as ``[HV, K, V]``, transposed.
+* :func:`golden_kernels_reference`: the same step by the golden-matched Triton kernels
+  (``kernels.serving.decode_step``: two launches, bitwise the goldens, which
+  tests/gpu/test_golden_device_bitwise.py pins on CUDA), for CUDA caches in vLLM's CUDA
+  layout. It cannot check rows those kernels served (mode ``golden``): the checker then takes
+  the goldens (checker.py, ``golden_impl``).
 * :func:`decode_reference`: the platform's decode-only function of vLLM (``decode_call``) on
   a view of the layer whose ``kv_cache`` is the scratch cache, with a metadata view that
   describes a decode-only step of the sampled rows.
@@ -25,7 +30,12 @@ import torch
 from torch import Tensor
 
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
+from vllm_gdn_invariant.kernels.serving import decode_step
 from vllm_gdn_invariant.shadow.snapshot import Snapshot
+
+GOLDENS = "goldens"  # golden_reference
+GOLDEN_KERNELS = "golden-kernels"  # golden_kernels_reference
+VLLM_DECODE = "vllm-decode-only"  # decode_reference
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,36 @@ def golden_reference(
         output=out[:, 0].to(out_dtype),
         recurrent_state=layout.recurrent_storage(new_state[1:]),
         conv_state=new_conv[1:],
+    )
+
+
+def golden_kernels_reference(
+    snapshot: Snapshot, params: GoldenParams, layout: StateLayout, out_dtype: torch.dtype
+) -> ReferenceResult:
+    """The golden-matched kernels on the snapshot's rows (CUDA; bitwise
+    :func:`golden_reference`)."""
+    if layout.recurrent_k_major:
+        raise ValueError("the golden kernels read the recurrent state as [HV, V, K] only")
+    m = snapshot.num_rows
+    conv, ssm = scratch(snapshot.conv_blocks), scratch(snapshot.ssm_blocks)
+    out = decode_step(
+        snapshot.mixed_qkv,
+        snapshot.a,
+        snapshot.b,
+        params.A_log,
+        params.dt_bias,
+        conv,
+        params.conv_weight,
+        params.conv_bias,
+        ssm,
+        scratch_indices(m, snapshot.rows.device),
+        num_k_heads=params.num_k_heads,
+        scale=params.head_k_dim**-0.5,
+        activation=params.activation,
+        dim_first=layout.conv_dim_first,
+    )
+    return ReferenceResult(
+        output=out[:, 0].to(out_dtype), recurrent_state=ssm[1:], conv_state=conv[1:]
     )
 
 
