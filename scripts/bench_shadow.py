@@ -81,8 +81,12 @@ LAYER_CASES = [
 ]
 
 
-def make_checker(rate: str, folder: Path) -> checker_module.ShadowChecker:
-    config = parse_shadow(f"{rate},ref=golden,out={folder}/bench_shadow.jsonl")
+def make_checker(
+    rate: str, folder: Path, golden_impl: str = "auto"
+) -> checker_module.ShadowChecker:
+    config = parse_shadow(
+        f"{rate},ref=golden,golden_impl={golden_impl},out={folder}/bench_shadow.jsonl"
+    )
     return checker_module.ShadowChecker(config, "route", metrics=ShadowMetrics(str(folder)))
 
 
@@ -124,6 +128,7 @@ def bench_layer_case(
     folder: Path,
     device: torch.device = CUDA,
     dims: object = None,
+    golden_impl: str = "auto",
 ) -> dict:
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
@@ -153,7 +158,7 @@ def bench_layer_case(
     )
     wrapper = type(layer).__dict__["_forward_core"]
     served = wrapper.__wrapped__
-    checkers = {arm: make_checker(arm, folder) for arm in ARMS if arm != "off"}
+    checkers = {arm: make_checker(arm, folder, golden_impl) for arm in ARMS if arm != "off"}
 
     def context():
         return types.SimpleNamespace(attn_metadata={PREFIX: meta})
@@ -180,7 +185,7 @@ def bench_layer_case(
         for _ in range(ROUNDS):
             for arm in ARMS:
                 samples[arm].append(run(arm))
-        checker = make_checker("1", folder)
+        checker = make_checker("1", folder, golden_impl)
         checker_module.install(checker)
         sync()
         cuda = device.type == "cuda"
@@ -204,6 +209,10 @@ def bench_layer_case(
         "state_dtype": str(state_dtype).removeprefix("torch."),
         "steps_per_round": steps,
         "rows_checked_at_1": min(decodes, checkers["1"].config.max_rows),
+        "golden_impl": golden_impl,
+        "checks_by_reference_impl": {
+            arm: dict(c.stats.reference_impls) for arm, c in checkers.items()
+        },
         "sampled_steps": {arm: c.sampler.sampled_steps for arm, c in checkers.items()},
         "steps_drawn": {arm: c.sampler.steps for arm, c in checkers.items()},
         "checked_step_extra_device_bytes": peak_extra,
@@ -259,7 +268,11 @@ def bench_layer(args: argparse.Namespace, folder: Path) -> list[dict]:
         with mock.patch.object(metrics, "setup_process", lambda: None):
             stack.enter_context(applied([routing_patch(), *shadow_patches()]))
         for decodes, state_dtype in LAYER_CASES:
-            results.append(bench_layer_case(decodes, state_dtype, args.steps, folder))
+            results.append(
+                bench_layer_case(
+                    decodes, state_dtype, args.steps, folder, golden_impl=args.golden_impl
+                )
+            )
             print_result(results[-1])
     return results
 
@@ -270,7 +283,9 @@ def bench_layer(args: argparse.Namespace, folder: Path) -> list[dict]:
 def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the model runs in this process
     os.environ["VLLM_PLUGINS"] = PLUGIN
-    os.environ["VLLM_GDN_INVARIANT_SHADOW"] = f"1,ref=golden,out={folder}/engine.jsonl"
+    os.environ["VLLM_GDN_INVARIANT_SHADOW"] = (
+        f"1,ref=golden,golden_impl={args.golden_impl},out={folder}/engine.jsonl"
+    )
     if not installed_entry_point():  # the project on PYTHONPATH only: declare its entry point
         sys.path.insert(0, str(plugin_site(folder / "plugin-site")))
     from vllm import LLM, SamplingParams
@@ -303,7 +318,7 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
     assert status.applied and wrappers, status.summary()
     prompts = [words(1, start=i) for i in range(args.batch)]
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
-    checkers = {arm: make_checker(arm, folder) for arm in ARMS if arm != "off"}
+    checkers = {arm: make_checker(arm, folder, args.golden_impl) for arm in ARMS if arm != "off"}
 
     def run(arm: str) -> float:
         for patch in wrappers:
@@ -331,6 +346,10 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "sampled_steps": {arm: c.sampler.sampled_steps for arm, c in checkers.items()},
         "steps_drawn": {arm: c.sampler.steps for arm, c in checkers.items()},
+        "golden_impl": args.golden_impl,
+        "checks_by_reference_impl": {
+            arm: dict(c.stats.reference_impls) for arm, c in checkers.items()
+        },
         **summarize(samples, args.batch, checkers["1"].config.max_rows),
     }
     print_result(result)
@@ -430,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="engine: requests per round")
     parser.add_argument("--max-tokens", type=int, default=128, help="engine: tokens per request")
     parser.add_argument("--eager", action="store_true", help="engine: no CUDA graphs")
+    parser.add_argument(
+        "--golden-impl",
+        choices=("auto", "torch"),
+        default="auto",
+        help="the checkers' golden_impl (auto: the golden kernels on CUDA; torch: the goldens)",
+    )
     add_engine_arguments(parser, gpu_memory_utilization=0.2)
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="bench_shadow_"))

@@ -19,6 +19,8 @@
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
 #                 sweep (one after the other, alone on the GPU)
+#   shadow-overhead  the shadow checker's GPU tests, then its overhead: the compare alone, the
+#                 layer level, the engine (one after the other, alone on the GPU)
 #   checks        timing-free: the shadow engine check's mode off arm, its mode golden arm with
 #                 a float32 state, the mixed-step compositions in mode golden, and the GPU
 #                 kernel tests of batch-invariant mode and of mode golden; in parallel
@@ -83,6 +85,17 @@ case $stage in
     now bench_decode "${SWEEP_LIMIT:-240}" python scripts/bench_decode.py --sweep \
       --batch-sizes 64,256,1024 --out "$out/bench_decode_sweep_0.26.0.json"
     ;;
+  shadow-overhead)
+    now pytest_shadow_gpu 240 python -m pytest -q -p no:cacheprovider -rs \
+      tests/gpu/test_shadow_compare_gpu.py tests/gpu/test_shadow_reference_gpu.py \
+      tests/gpu/test_shadow_gpu.py
+    now bench_shadow_compare 90 python scripts/bench_shadow.py --compare --steps 20 \
+      --out "$out/bench_shadow_compare_0.26.0.json"
+    now bench_shadow_layer 150 python scripts/bench_shadow.py --steps 32 \
+      --out "$out/bench_shadow_layer_0.26.0.json"
+    now bench_shadow "$limit" python scripts/bench_shadow.py --engine \
+      --out "$out/bench_shadow_engine_0.26.0.json"
+    ;;
   checks)
     job shadow_engine_off python scripts/shadow_engine_check.py --kv-cache-gib 4 \
       --arms off --out "$out/shadow_engine_off_0.26.0.json"
@@ -94,7 +107,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench, shadow-overhead or checks)" >&2
     exit 2
     ;;
 esac

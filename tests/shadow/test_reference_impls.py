@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.kernels.conftest import INTERPRETED_KERNELS, KERNELS_DIR, import_interpreted
+from tests.shadow.pairs import snapshot_case
 from vllm_gdn_invariant.shadow import reference as reference_module
 from vllm_gdn_invariant.shadow.bits import same_bits
 from vllm_gdn_invariant.shadow.checker import ShadowChecker
@@ -22,48 +23,13 @@ from vllm_gdn_invariant.shadow.metrics import ShadowMetrics
 from vllm_gdn_invariant.shadow.reference import (
     GOLDEN_KERNELS,
     GOLDENS,
-    GoldenParams,
     StateLayout,
     golden_kernels_reference,
     golden_reference,
 )
-from vllm_gdn_invariant.shadow.snapshot import take_snapshot, window
 
 FIELDS = ("output", "recurrent_state", "conv_state")
-H, HV, K, V, W = 2, 4, 32, 32, 4
-DIM = 2 * H * K + HV * V
-
-
-def snapshot_and_params(state_dtype: torch.dtype, dim_first: bool, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape, dtype=torch.bfloat16):
-        return torch.randn(*shape, generator=g).to(dtype)
-
-    blocks, rows = 7, 3
-    conv_cache = randn(blocks, DIM, W - 1) if dim_first else randn(blocks, W - 1, DIM)
-    ssm_cache = randn(blocks, HV, V, K, dtype=state_dtype) * 0.1
-    mixed_qkv, b, a = randn(5, DIM), randn(5, HV), randn(5, HV)
-    state_indices = torch.tensor([4, 2, 6, 1, 3], dtype=torch.int32)
-    snapshot = take_snapshot(
-        window(1, rows, 5, torch.device("cpu")),
-        state_indices,
-        conv_cache,
-        ssm_cache,
-        mixed_qkv,
-        b,
-        a,
-    )
-    params = GoldenParams(
-        conv_weight=randn(DIM, W),
-        conv_bias=randn(DIM),
-        activation="silu",
-        A_log=torch.randn(HV, generator=g),
-        dt_bias=torch.randn(HV, generator=g),
-        num_k_heads=H,
-        head_k_dim=K,
-    )
-    return snapshot, params
+CPU = torch.device("cpu")
 
 
 @pytest.fixture
@@ -77,7 +43,7 @@ def interpreted_decode_step(monkeypatch):
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("dim_first", [True, False], ids=["dim-first", "width-first"])
 def test_the_golden_kernels_give_the_goldens_bits(interpreted_decode_step, state_dtype, dim_first):
-    snapshot, params = snapshot_and_params(state_dtype, dim_first)
+    snapshot, params = snapshot_case(state_dtype, dim_first, CPU)
     layout = StateLayout(conv_dim_first=dim_first)
     before = {name: t.clone() for name, t in vars(snapshot).items()}
     by_goldens = golden_reference(snapshot, params, layout, torch.bfloat16)
@@ -93,7 +59,7 @@ def test_the_golden_kernels_give_the_goldens_bits(interpreted_decode_step, state
 
 
 def test_a_wrong_conv_layout_is_seen(interpreted_decode_step):
-    snapshot, params = snapshot_and_params(torch.float32, dim_first=True)
+    snapshot, params = snapshot_case(torch.float32, True, CPU)
     by_goldens = golden_reference(
         snapshot, params, StateLayout(conv_dim_first=True), torch.bfloat16
     )
@@ -104,7 +70,7 @@ def test_a_wrong_conv_layout_is_seen(interpreted_decode_step):
 
 
 def test_the_golden_kernels_refuse_the_cpu_paths_transposed_state():
-    snapshot, params = snapshot_and_params(torch.float32, dim_first=True)
+    snapshot, params = snapshot_case(torch.float32, True, CPU)
     layout = StateLayout(conv_dim_first=True, recurrent_k_major=True)
     with pytest.raises(ValueError, match=r"\[HV, V, K\] only"):
         golden_kernels_reference(snapshot, params, layout, torch.bfloat16)

@@ -105,6 +105,7 @@ class ShadowStats:
     with_difference: int = 0
     rows_checked: int = 0
     fields_with_difference: Tally = field(default_factory=Tally)
+    reference_impls: Tally = field(default_factory=Tally)  # checks by what computed them
     failures: Tally = field(default_factory=Tally)
     skipped_memory: int = 0
     max_snapshot_bytes: int = 0
@@ -294,7 +295,7 @@ class ShadowChecker:
             )
             stage = "metrics"
             differing = {name: s.differing for name, s in stats.items()}
-            self._count(differing, snapshot.num_rows)
+            self._count(differing, snapshot.num_rows, impl)
             self.metrics.observe_check(
                 layer=site.layer.prefix,
                 reference=reference,
@@ -307,8 +308,9 @@ class ShadowChecker:
         except Exception as exc:  # noqa: BLE001 - never fail the step
             self.failed(stage, exc)
 
-    def _count(self, differing: dict[str, int], rows: int) -> None:
+    def _count(self, differing: dict[str, int], rows: int, impl: str) -> None:
         self.stats.checks += 1
+        self.stats.reference_impls[impl] += 1
         self.stats.rows_checked += rows
         if any(differing.values()):
             self.stats.with_difference += 1
