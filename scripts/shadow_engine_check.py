@@ -99,7 +99,13 @@ def summarize(records: list[dict]) -> list[dict]:
     for r in records:
         if r["kind"] != "check":
             continue
-        key = (r["reference"], r["provider"], r["step_kind"], r["state_dtype"])
+        key = (
+            r["reference"],
+            r["provider"],
+            r["step_kind"],
+            r["state_dtype"],
+            r.get("reference_impl"),
+        )
         g = groups.setdefault(
             key,
             {
@@ -107,6 +113,7 @@ def summarize(records: list[dict]) -> list[dict]:
                 "provider": key[1],
                 "step_kind": key[2],
                 "state_dtype": key[3],
+                "reference_impl": key[4],
                 "checks": 0,
                 "checks_with_difference": dict.fromkeys(FIELDS, 0),
                 "max_ulp": dict.fromkeys(FIELDS, 0),
