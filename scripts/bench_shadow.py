@@ -90,6 +90,13 @@ def make_checker(
     return checker_module.ShadowChecker(config, "route", metrics=ShadowMetrics(str(folder)))
 
 
+def finish(checker: checker_module.ShadowChecker | None) -> None:
+    """Wait for the checks still finishing on the checker's thread: inside the timed window,
+    so an arm pays for all of its checks."""
+    if checker is not None:
+        checker.drain()
+
+
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -170,6 +177,7 @@ def bench_layer_case(
         start = time.perf_counter()
         for _ in range(steps):
             function(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
+        finish(checkers.get(arm))
         sync()
         return (time.perf_counter() - start) / steps * 1e6
 
@@ -193,11 +201,12 @@ def bench_layer_case(
             torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated() if cuda else 0
         wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
+        finish(checker)
         sync()
         peak_extra = torch.cuda.max_memory_allocated() - before if cuda else None
         snapshot = checker.stats.max_snapshot_bytes
         checked_profile = profile_step(
-            lambda: wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
+            lambda: (wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out), finish(checker))
         )
         unchecked_profile = profile_step(
             lambda: served(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
@@ -329,6 +338,7 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
         checker_module.install(checkers.get(arm))
         start = time.perf_counter()
         llm.generate(prompts, params, use_tqdm=False)
+        finish(checkers.get(arm))
         return (time.perf_counter() - start) / args.max_tokens * 1e6
 
     for arm in ARMS:
@@ -397,7 +407,7 @@ def bench_compare(args: argparse.Namespace) -> list[dict]:
             sync()
             start = time.perf_counter()
             for _ in range(args.steps):
-                values = summarize(fields, stats)
+                values = summarize(fields, stats_of=stats)
             return (time.perf_counter() - start) / args.steps * 1e6, values
 
         answers = {arm: run(fn)[1] for arm, fn in arms.items()}  # warm-up: compiles

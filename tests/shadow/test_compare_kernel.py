@@ -23,18 +23,21 @@ def kernel():
     return import_interpreted(INTERPRETED, Path(compiled.__file__))
 
 
-def stats(kernel, served: torch.Tensor, reference: torch.Tensor) -> dict:
+def stats(kernel, served, reference, rows=None, valid=None) -> FieldStats:
     """The kernel's row for one field, read as FieldStats."""
     out = torch.zeros(kernel.STATS_WIDTH, dtype=torch.int64)
-    kernel.field_stats(served, reference, out)
-    return FieldStats.of_row(out.tolist(), served.numel())
+    kernel.field_stats(served, reference, out, rows, valid)
+    elements = reference.numel() if reference.dim() == 1 else reference[0].numel()
+    return FieldStats.of_row(out.tolist(), elements)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [2112, 3 * compiled.BLOCK + 5], ids=["one-program", "four-programs"])
-def test_one_pass_gives_the_statistics_of_bits_compare(kernel, dtype, n):
+@pytest.mark.parametrize(
+    "n, row", [(2112, 2112), (3 * compiled.BLOCK + 5, 3 * compiled.BLOCK + 5), (4 * 1056, 1056)]
+)
+def test_one_pass_gives_the_statistics_of_bits_compare(kernel, dtype, n, row):
     served, reference = pair(dtype, n, seed=n)
-    got = stats(kernel, served.view(-1, 1), reference.view(-1, 1))
+    got = stats(kernel, served.view(-1, row), reference.view(-1, row))
     want = compare(served, reference)
     assert got.differing == want["elements_differing"]
     assert got.nan_mismatches == want["nan_mismatches"] == 1
@@ -63,13 +66,37 @@ def test_equal_tensors_give_zeros(kernel):
     assert got.ulp_histogram["0"] == 777
 
 
+def test_served_rows_are_read_in_place_and_invalid_rows_left_out(kernel):
+    """Served rows picked by index from a cache whose rows are further apart than their
+    length; a differing row marked invalid counts nowhere, the others exactly."""
+    g = torch.Generator().manual_seed(5)
+    storage = torch.randn(6, 2, 300, generator=g)
+    cache = storage[:, 0, :256]  # rows of 256 elements, 600 apart
+    blocks = torch.tensor([4, 1, 3], dtype=torch.int64)
+    reference = cache.index_select(0, blocks).clone()
+    reference[0, 3] += 1.0  # row 0 differs in one element
+    reference[2, :] = -reference[2, :]  # row 2 differs everywhere (and is left out)
+    valid = torch.tensor([True, True, False])
+    got = stats(kernel, cache, reference, blocks, valid)
+    served = cache.index_select(0, blocks)[:2]
+    want = compare(served, reference[:2])
+    assert got.rows == 2 and got.compared == 512 == want["total_elements"]
+    assert got.differing == want["elements_differing"] == 1
+    assert got.ulp_histogram == want["ulp_histogram"]
+    assert got.max_abs_diff == want["max_abs_diff"]
+    everything = stats(kernel, cache, reference, blocks)
+    assert everything.rows == 3 and everything.differing == 257
+
+
 def test_other_dtypes_and_shapes_are_refused(kernel):
-    x = torch.randn(8)
+    x = torch.randn(8, 4)
+    assert kernel.fused_applies(x, x.clone())
     assert not kernel.fused_applies(x.half(), x.half())
     assert not kernel.fused_applies(x, x.bfloat16())
     assert not kernel.fused_applies(x, x[:4])
     assert not kernel.fused_applies(x[:0], x[:0])
-    with pytest.raises(ValueError, match="float32 or bfloat16 tensors of one shape"):
+    assert not kernel.fused_applies(x, x.t().contiguous().t())  # a reference not contiguous
+    with pytest.raises(ValueError, match="float32 or bfloat16 rows of one shape"):
         kernel.field_stats(x.half(), x.half(), torch.zeros(kernel.STATS_WIDTH, dtype=torch.int64))
     with pytest.raises(ValueError, match="out must be int64"):
         kernel.field_stats(x, x, torch.zeros(kernel.STATS_WIDTH))
@@ -78,16 +105,17 @@ def test_other_dtypes_and_shapes_are_refused(kernel):
 @pytest.mark.skipif(not codegen.nvidia_tool("ptxas").exists(), reason="no ptxas in Triton")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_kernel_compiles_for_sm90_without_spills(dtype):
-    n = 64 * 32 * 128 * 128  # 64 rows of Qwen3-Next's recurrent state
-    programs = n // compiled.BLOCK
-    field = codegen.meta((n,), dtype)
-    assert programs > 1
+    cache = codegen.meta((1000, 32, 128, 128), dtype)  # Qwen3-Next's recurrent state blocks
+    reference = codegen.meta((64, 32, 128, 128), dtype)  # 64 checked rows
     arguments, constexprs = compiled.kernel_arguments(
-        field, field, codegen.meta((compiled.STATS_WIDTH,), torch.int64)
+        cache,
+        reference,
+        codegen.meta((compiled.STATS_WIDTH,), torch.int64),
+        codegen.meta((64,), torch.int64),
+        codegen.meta((64,), torch.int8),
     )
-    kernel = codegen.compile_kernel(
-        compiled.field_stats_kernel, arguments, constexprs, 4, 90, False
-    )
+    assert constexprs["SPLIT"] > 1 and constexprs["INDEXED"]
+    kernel = codegen.compile_kernel(compiled.rows_stats_kernel, arguments, constexprs, 4, 90, False)
     sass = codegen.sass_of(kernel.asm["cubin"])
-    assert "field_stats_kernel" in sass
+    assert "rows_stats_kernel" in sass
     assert not re.search(r"\b(?:LDL|STL)\b", sass)  # no local memory: no register spills

@@ -160,7 +160,7 @@ def test_a_row_larger_than_the_memory_cap_is_not_checked(patched, tmp_path):
 
 @pytest.mark.parametrize(
     "stage, target",
-    [("reference", "golden_reference"), ("compare", "summarize"), ("snapshot", "take_snapshot")],
+    [("reference", "golden_reference"), ("compare", "start"), ("snapshot", "take_snapshot")],
 )
 def test_a_failure_in_the_shadow_path_is_counted_logged_once_and_the_step_goes_on(
     patched, tmp_path, monkeypatch, stage, target

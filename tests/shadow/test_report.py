@@ -19,7 +19,7 @@ def stats(compared, differing, max_ulp=0):
     histogram = dict.fromkeys(BUCKETS, 0)
     histogram["0"] = compared - differing
     histogram["1" if max_ulp <= 1 else ">16"] += differing
-    return FieldStats(compared, differing, 1e-7 * bool(differing), max_ulp, 0, histogram)
+    return FieldStats(compared, differing, 1e-7 * bool(differing), max_ulp, 0, histogram, rows=2)
 
 
 def record(layer, reference="golden", provider="routed", step_kind="mixed", state_diff=0):

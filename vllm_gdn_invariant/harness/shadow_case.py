@@ -108,6 +108,7 @@ def shadow_case(
     checker = make_checker(reference, mode)
     checker_module.install(checker)
     on_out, on_state = serve()
+    checker.drain()
     checker_module.install(None)
     unchanged = (
         same_bits(on_out, off_out)

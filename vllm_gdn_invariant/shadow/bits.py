@@ -70,14 +70,6 @@ def ulp_histogram(a: Tensor, b: Tensor) -> dict[str, int]:
     return counts
 
 
-def buckets_from_bounds(at_most: Tensor, total: int) -> Tensor:
-    """The ULP-bucket counts (int64 ``[7]``, the buckets of ``ULP_BUCKETS``) from the counts of
-    ``distance <= upper`` for each of ``ULP_BUCKET_UPPER`` (int64 ``[6]``) and the number of
-    elements."""
-    end = torch.tensor([total], dtype=torch.int64, device=at_most.device)
-    return torch.diff(at_most, prepend=at_most.new_zeros(1), append=end)
-
-
 def compare(a: Tensor, b: Tensor) -> dict:
     """Elements whose bits differ, total, max |a - b| over finite pairs, NaN mismatches, and the
     ULP histogram (a +0/-0 pair differs in bits at ULP distance 0)."""

@@ -10,22 +10,30 @@ steps: caches and their storage layout, what serves the rows, how to call the re
    (snapshot.py), unless the device stream is being captured into a CUDA graph, the step is
    speculative, or it has no one-token decode rows;
 2. runs the serving call, untouched;
-3. recomputes the rows with each configured reference (reference.py) and compares output,
-   recurrent state and conv state with what was served (compare.py), writes one JSONL record
-   per reference (record.py) and updates the metrics (metrics.py). The golden reference is
+3. recomputes the rows with each configured reference (reference.py) and launches the
+   comparison of output, recurrent state and conv state with what was served (compare.py);
+   4. once the statistics are on the host, writes one JSONL record per reference (record.py)
+   and updates the metrics (metrics.py). On CUDA the serving thread does not wait for that:
+   the statistics travel to pinned memory behind an event and a daemon thread of the checker
+   finishes the check when they arrive (:meth:`ShadowChecker.drain` waits for every check
+   launched so far); on CPU step 4 follows at once. The golden reference is
    computed by the golden-matched kernels where they can run and did not serve the rows (CUDA,
    outside mode ``golden``) unless ``golden_impl=torch``, otherwise by the PyTorch goldens
    (:meth:`ShadowChecker.golden_impl`).
 
 It never changes what is served: the serving call gets the same arguments and runs whatever
-happens in steps 1 and 3. An exception in step 1 or 3 is caught, counted by stage (metrics and
-a JSONL failure record) and logged once per stage; the step goes on.
+happens in steps 1, 3 and 4. An exception in any of them is caught, counted by stage (metrics
+and a JSONL failure record) and logged once per stage; the step goes on.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing.util
+import os
+import queue
 import threading
+import time
 from collections import Counter as Tally
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,7 +44,7 @@ from torch import Tensor
 
 from vllm_gdn_invariant.plugin.config import load_config
 from vllm_gdn_invariant.plugin.entry import registered_status
-from vllm_gdn_invariant.shadow.compare import FIELDS, summarize
+from vllm_gdn_invariant.shadow.compare import FIELDS, FieldPair, PendingStats, start
 from vllm_gdn_invariant.shadow.config import ShadowConfig
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics, export_dir
 from vllm_gdn_invariant.shadow.record import JsonlWriter, check_record, failure_record
@@ -63,6 +71,9 @@ logger = init_logger("vllm.gdn_invariant.shadow")
 
 STAGES = ("setup", "snapshot", "reference", "compare", "record", "metrics")
 GOLDEN_MODE = "golden"  # the plugin mode whose decode rows the golden kernels serve
+MAX_IN_FLIGHT = 1024  # checks waiting for their statistics; the serving thread waits beyond
+POLL_S = 0.0002  # the finishing thread's wait between looks at a check's event
+EXIT_DRAIN_S = 10.0  # at process exit, wait this long at most for checks in flight
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,15 @@ class Pending:
     snapshot: Snapshot
     decode_rows: int
     step: int
+
+
+@dataclass
+class InFlight:
+    """A launched check: its statistics on their way and the rest of its record."""
+
+    stats: PendingStats
+    record: dict[str, Any]
+    impl: str
 
 
 @dataclass
@@ -141,6 +161,9 @@ class ShadowChecker:
         self.stats = ShadowStats()
         self._logged: set[str] = set()
         self._row_bytes: dict[str, int] = {}  # by layer: a layer's shapes do not change
+        self._lock = threading.Lock()  # stats and logging, shared with the finishing thread
+        self._queue: queue.Queue[InFlight] | None = None
+        self._worker_pid: int | None = None
 
     # the hook's entry point
 
@@ -220,25 +243,22 @@ class ShadowChecker:
         return Pending(site, snapshot, num_decodes, self.sampler.steps)
 
     def finish(self, pending: Pending, core_attn_out: Tensor) -> None:
-        """Recompute and compare after the serving call; failures are caught and counted."""
-        site = pending.site
+        """Recompute and launch the comparison after the serving call; failures are caught and
+        counted."""
+        site, snapshot = pending.site, pending.snapshot
         try:
-            snapshot = pending.snapshot
-            keep = snapshot.blocks > 0
-            if not bool(keep.all()):
-                snapshot = snapshot.subset(keep)
-            if snapshot.num_rows == 0:
-                return
+            valid = snapshot.blocks > 0  # inactive rows are left out of the comparison
+            blocks = snapshot.blocks.clamp(min=0)
             served = {
-                "output": core_attn_out.index_select(0, snapshot.rows),
-                "recurrent_state": site.ssm_cache.index_select(0, snapshot.blocks),
-                "conv_state": site.conv_cache.index_select(0, snapshot.blocks),
+                "output": (core_attn_out, snapshot.rows),
+                "recurrent_state": (site.ssm_cache, blocks),
+                "conv_state": (site.conv_cache, blocks),
             }
         except Exception as exc:  # noqa: BLE001
             self.failed("compare", exc)
             return
         for reference in self.config.references:
-            self._check(pending, snapshot, served, reference, core_attn_out.dtype)
+            self._check(pending, served, valid, reference, core_attn_out.dtype)
 
     def golden_impl(self, site: Site) -> str:
         """What computes the golden reference at ``site``: the golden-matched kernels on CUDA
@@ -256,12 +276,12 @@ class ShadowChecker:
     def _check(
         self,
         pending: Pending,
-        snapshot: Snapshot,
-        served: dict[str, Tensor],
+        served: dict[str, tuple[Tensor, Tensor]],
+        valid: Tensor,
         reference: str,
         out_dtype: torch.dtype,
     ) -> None:
-        site = pending.site
+        site, snapshot = pending.site, pending.snapshot
         stage = "reference"
         try:
             if reference == "golden":
@@ -274,53 +294,120 @@ class ShadowChecker:
                     snapshot, site.layer, site.attn_metadata, site.decode_call, out_dtype
                 )
             stage = "compare"
-            stats = summarize({name: (served[name], getattr(result, name)) for name in FIELDS})
+            pairs = {
+                name: FieldPair(served[name][0], getattr(result, name), served[name][1])
+                for name in FIELDS
+            }
+            stats = start(pairs, valid)
+        except Exception as exc:  # noqa: BLE001 - never fail the step
+            self.failed(stage, exc)
+            return
+        record = {
+            "layer": site.layer.prefix,
+            "step": pending.step,
+            "step_kind": site.step_kind,
+            "provider": site.provider,
+            "mode": self.mode,
+            "reference": reference,
+            "reference_impl": impl,
+            "state_dtype": str(site.ssm_cache.dtype).removeprefix("torch."),
+            "conv_state_dtype": str(site.conv_cache.dtype).removeprefix("torch."),
+            "decode_rows": pending.decode_rows,
+            "snapshot_bytes": snapshot.nbytes,
+        }
+        check = InFlight(stats, record, impl)
+        if stats.event is None:
+            self.complete(check)
+        else:
+            self._submit(check)
+
+    def complete(self, check: InFlight) -> None:
+        """Write the record and count the check once its statistics are on the host."""
+        stage = "compare"
+        try:
+            stats = check.stats.result()
+            rows = stats["output"].rows
+            if rows == 0:  # every sampled row was inactive
+                return
             stage = "record"
-            self.writer.write(
-                check_record(
-                    layer=site.layer.prefix,
-                    step=pending.step,
-                    step_kind=site.step_kind,
-                    provider=site.provider,
-                    mode=self.mode,
-                    reference=reference,
-                    reference_impl=impl,
-                    state_dtype=str(site.ssm_cache.dtype).removeprefix("torch."),
-                    conv_state_dtype=str(site.conv_cache.dtype).removeprefix("torch."),
-                    rows=snapshot.num_rows,
-                    decode_rows=pending.decode_rows,
-                    snapshot_bytes=pending.snapshot.nbytes,
-                    stats=stats,
-                )
-            )
+            record = check.record
+            self.writer.write(check_record(**record, rows=rows, stats=stats))
             stage = "metrics"
             differing = {name: s.differing for name, s in stats.items()}
-            self._count(differing, snapshot.num_rows, impl)
+            self._count(differing, rows, check.impl)
             self.metrics.observe_check(
-                layer=site.layer.prefix,
-                reference=reference,
-                provider=site.provider,
-                step_kind=site.step_kind,
-                rows=snapshot.num_rows,
+                layer=record["layer"],
+                reference=record["reference"],
+                provider=record["provider"],
+                step_kind=record["step_kind"],
+                rows=rows,
                 max_ulp={name: s.max_ulp for name, s in stats.items()},
                 differing=differing,
             )
         except Exception as exc:  # noqa: BLE001 - never fail the step
             self.failed(stage, exc)
 
+    # the finishing thread (CUDA)
+
+    def _submit(self, check: InFlight) -> None:
+        if self._queue is None or self._worker_pid != os.getpid():  # first use, or a fork
+            self._queue = queue.Queue()
+            self._worker_pid = os.getpid()
+            threading.Thread(
+                target=self._finish_forever,
+                args=(self._queue,),
+                name="gdn-invariant-shadow",
+                daemon=True,
+            ).start()
+            # runs at exit of the main process and of multiprocessing's children (vLLM's
+            # engine core), which leave without atexit
+            multiprocessing.util.Finalize(
+                None, self.drain, kwargs={"timeout": EXIT_DRAIN_S}, exitpriority=100
+            )
+        if self._queue.qsize() >= MAX_IN_FLIGHT:
+            self.drain()
+        self._queue.put(check)
+
+    def _finish_forever(self, checks: queue.Queue[InFlight]) -> None:
+        while True:
+            check = checks.get()
+            try:
+                while not check.stats.ready():
+                    time.sleep(POLL_S)
+                self.complete(check)
+            except Exception as exc:  # noqa: BLE001 - the thread must go on
+                self.failed("compare", exc)
+            finally:
+                checks.task_done()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every check launched so far has its record and counts (at most
+        ``timeout`` seconds); whether none is left in flight."""
+        checks = self._queue
+        if checks is None or self._worker_pid != os.getpid():
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while checks.unfinished_tasks:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
+
     def _count(self, differing: dict[str, int], rows: int, impl: str) -> None:
-        self.stats.checks += 1
-        self.stats.reference_impls[impl] += 1
-        self.stats.rows_checked += rows
-        if any(differing.values()):
-            self.stats.with_difference += 1
-        self.stats.fields_with_difference.update(name for name, n in differing.items() if n)
+        with self._lock:
+            self.stats.checks += 1
+            self.stats.reference_impls[impl] += 1
+            self.stats.rows_checked += rows
+            if any(differing.values()):
+                self.stats.with_difference += 1
+            self.stats.fields_with_difference.update(name for name, n in differing.items() if n)
 
     # failures
 
     def failed(self, stage: str, exc: BaseException) -> None:
         """Count a failure of ``stage``, record it, log the first of its stage."""
-        self.stats.failures[stage] += 1
+        with self._lock:
+            self.stats.failures[stage] += 1
         text = describe(exc)
         try:
             self.metrics.observe_failure(stage)
@@ -337,9 +424,10 @@ class ShadowChecker:
         )
 
     def _log_once(self, kind: str, message: str) -> None:
-        if kind in self._logged:
-            return
-        self._logged.add(kind)
+        with self._lock:
+            if kind in self._logged:
+                return
+            self._logged.add(kind)
         logger.warning("gdn_invariant shadow: %s", message)
 
 

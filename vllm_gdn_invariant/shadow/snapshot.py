@@ -6,7 +6,7 @@ of their conv and recurrent state blocks exactly as the cache stores them (stora
 whatever transposition the serving path uses is applied only when a reference reads them).
 Taking it launches a handful of gathers and never waits for the device: the row positions
 are a window built on the device, and rows whose index marks them inactive (<= 0, the
-goldens' contract) are dropped only after the step, when the check synchronizes anyway.
+goldens' contract) are gathered from block 0 and left out of the comparison (compare.py).
 """
 
 from __future__ import annotations
@@ -40,10 +40,6 @@ class Snapshot:
     def nbytes(self) -> int:
         """Bytes held by the copies."""
         return sum(getattr(self, f.name).nbytes for f in fields(self))
-
-    def subset(self, keep: Tensor) -> Snapshot:
-        """The rows where the boolean ``keep`` is True."""
-        return Snapshot(*(getattr(self, f.name)[keep] for f in fields(self)))
 
 
 def row_bytes(
