@@ -319,7 +319,7 @@ class ShadowChecker:
         if stats.event is None:
             self.complete(check)
         else:
-            self._submit(check)
+            self.submit(check)
 
     def complete(self, check: InFlight) -> None:
         """Write the record and count the check once its statistics are on the host."""
@@ -349,7 +349,8 @@ class ShadowChecker:
 
     # the finishing thread (CUDA)
 
-    def _submit(self, check: InFlight) -> None:
+    def submit(self, check: InFlight) -> None:
+        """Finish ``check`` on the checker's thread once its statistics are on the host."""
         if self._queue is None or self._worker_pid != os.getpid():  # first use, or a fork
             self._queue = queue.Queue()
             self._worker_pid = os.getpid()

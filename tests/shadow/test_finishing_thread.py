@@ -1,0 +1,95 @@
+"""Checks whose statistics are still on their way (CUDA) are finished on the checker's thread:
+records and counts appear once the statistics arrive, ``drain`` waits for them, and a failure
+there is counted like any other. An event stand-in plays the CUDA event."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from vllm_gdn_invariant.shadow.checker import InFlight
+from vllm_gdn_invariant.shadow.compare import STATS_WIDTH, PendingStats
+
+from .helpers import make_checker, records
+
+FIELDS = ("output", "recurrent_state", "conv_state")
+
+
+class Arrival:
+    """An event stand-in: ``query`` is True once ``set``."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+
+    def query(self) -> bool:
+        return self.arrived.is_set()
+
+    def synchronize(self) -> None:
+        self.arrived.wait()
+
+
+def in_flight(event: Arrival, differing: int = 0) -> InFlight:
+    host = torch.zeros((len(FIELDS), STATS_WIDTH), dtype=torch.int64)
+    host[:, 3:9] = 4  # 4 elements at distance 0 ...
+    host[:, 10] = 2  # ... in 2 rows of 2 elements
+    host[1, 0] = differing
+    host[1, 3:9] -= differing
+    host[1, 1] = 40 if differing else 0
+    record = {
+        "layer": "model.layers.0.linear_attn",
+        "step": 1,
+        "step_kind": "decode",
+        "provider": "vllm-packed-decode",
+        "mode": "route",
+        "reference": "golden",
+        "reference_impl": "golden-kernels",
+        "state_dtype": "float32",
+        "conv_state_dtype": "bfloat16",
+        "decode_rows": 2,
+        "snapshot_bytes": 100,
+    }
+    return InFlight(PendingStats(list(FIELDS), [2, 2, 2], host, event), record, "golden-kernels")
+
+
+def test_a_check_is_recorded_once_its_statistics_arrive(tmp_path):
+    checker = make_checker(tmp_path, "1.0")
+    event = Arrival()
+    checker.submit(in_flight(event, differing=1))
+    assert not checker.drain(timeout=0.05)  # still on its way: nothing written, nothing counted
+    assert records(checker) == [] and checker.stats.checks == 0
+    event.arrived.set()
+    assert checker.drain(timeout=10)
+    (record,) = records(checker)
+    assert record["rows"] == 2 and record["reference_impl"] == "golden-kernels"
+    assert record["recurrent_state"]["differing"] == 1
+    assert record["recurrent_state"]["ulp_histogram"][">16"] == 1
+    assert checker.stats.checks == 1 and checker.stats.with_difference == 1
+
+
+def test_checks_are_finished_in_launch_order(tmp_path):
+    checker = make_checker(tmp_path, "1.0")
+    events = [Arrival() for _ in range(3)]
+    for i, event in enumerate(events):
+        check = in_flight(event)
+        check.record["step"] = i
+        checker.submit(check)
+    for event in reversed(events):
+        event.arrived.set()
+    assert checker.drain(timeout=10)
+    assert [r["step"] for r in records(checker)] == [0, 1, 2]
+
+
+def test_a_failure_on_the_thread_is_counted_and_the_thread_goes_on(tmp_path):
+    checker = make_checker(tmp_path, "1.0")
+    broken, fine = Arrival(), Arrival()
+    bad = in_flight(broken)
+    bad.stats.host = torch.zeros(1)  # not a statistics row: finishing it raises
+    checker.submit(bad)
+    checker.submit(in_flight(fine))
+    broken.arrived.set()
+    fine.arrived.set()
+    assert checker.drain(timeout=10)
+    assert checker.stats.failures == {"compare": 1} and checker.stats.checks == 1
+    kinds = [r["kind"] for r in records(checker)]
+    assert kinds == ["failure", "check"]
