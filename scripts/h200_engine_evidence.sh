@@ -21,6 +21,8 @@
 #                 sweep (one after the other, alone on the GPU)
 #   shadow-overhead  the shadow checker's GPU tests, then its overhead: the compare alone, the
 #                 layer level, the engine (one after the other, alone on the GPU)
+#   shadow-engine the shadow overhead in the engine (alone), then the shadow engine check's
+#                 route arm beside the shadow compare and reference GPU tests
 #   checks        timing-free: the shadow engine check's mode off arm, its mode golden arm with
 #                 a float32 state, the mixed-step compositions in mode golden, and the GPU
 #                 kernel tests of batch-invariant mode and of mode golden; in parallel
@@ -96,6 +98,14 @@ case $stage in
     now bench_shadow "$limit" python scripts/bench_shadow.py --engine \
       --out "$out/bench_shadow_engine_0.26.0.json"
     ;;
+  shadow-engine)
+    now bench_shadow "$limit" python scripts/bench_shadow.py --engine \
+      --out "$out/bench_shadow_engine_0.26.0.json"
+    job shadow_engine_route python scripts/shadow_engine_check.py --kv-cache-gib 4 \
+      --arms route --out "$out/shadow_engine_route_0.26.0.json"
+    job pytest_shadow_gpu python -m pytest -q -p no:cacheprovider -rs \
+      tests/gpu/test_shadow_compare_gpu.py tests/gpu/test_shadow_reference_gpu.py
+    ;;
   checks)
     job shadow_engine_off python scripts/shadow_engine_check.py --kv-cache-gib 4 \
       --arms off --out "$out/shadow_engine_off_0.26.0.json"
@@ -107,7 +117,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench, shadow-overhead or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench, shadow-overhead, shadow-engine or checks)" >&2
     exit 2
     ;;
 esac
