@@ -69,6 +69,7 @@ from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT, words, write_tiny_m
 from vllm_gdn_invariant.shadow import checker as checker_module  # noqa: E402
 from vllm_gdn_invariant.shadow.config import parse_shadow  # noqa: E402
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics  # noqa: E402
+from vllm_gdn_invariant.shadow.record import FIELDS, read_records  # noqa: E402
 
 ARMS = ("off", "1/64", "1")
 CUDA = torch.device("cuda")
@@ -85,7 +86,8 @@ def make_checker(
     rate: str, folder: Path, golden_impl: str = "auto"
 ) -> checker_module.ShadowChecker:
     config = parse_shadow(
-        f"{rate},ref=golden,golden_impl={golden_impl},out={folder}/bench_shadow.jsonl"
+        f"{rate},ref=golden,golden_impl={golden_impl},"
+        f"out={folder}/bench_shadow_{rate.replace('/', '_')}.jsonl"
     )
     return checker_module.ShadowChecker(config, "route", metrics=ShadowMetrics(str(folder)))
 
@@ -95,6 +97,23 @@ def finish(checker: checker_module.ShadowChecker | None) -> None:
     so an arm pays for all of its checks."""
     if checker is not None:
         checker.drain()
+
+
+def records_summary(checker: checker_module.ShadowChecker) -> dict:
+    """What the checker's records say, by provider and step kind: checks and, per field,
+    checks with a difference (a sanity view of the timed checks: vLLM's conv update is the
+    goldens' bit for bit, so its field differs nowhere)."""
+    path = checker.writer.path
+    groups: dict[str, dict] = {}
+    for r in read_records(path) if path.exists() else []:
+        if r["kind"] != "check":
+            continue
+        key = f"{r['reference']} {r['reference_impl']} vs {r['provider']} ({r['step_kind']})"
+        g = groups.setdefault(key, {"checks": 0, **{name: 0 for name in FIELDS}})
+        g["checks"] += 1
+        for name in FIELDS:
+            g[name] += r[name]["differing"] > 0
+    return groups
 
 
 def sync() -> None:
@@ -360,6 +379,8 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
         "checks_by_reference_impl": {
             arm: dict(c.stats.reference_impls) for arm, c in checkers.items()
         },
+        "checks_with_difference_by_field": records_summary(checkers["1"]),
+        "failures": {arm: dict(c.stats.failures) for arm, c in checkers.items()},
         **summarize(samples, args.batch, checkers["1"].config.max_rows),
     }
     print_result(result)
