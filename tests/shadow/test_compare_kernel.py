@@ -13,7 +13,7 @@ from tests.shadow.pairs import pair
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.shadow import compare_kernel as compiled
 from vllm_gdn_invariant.shadow.bits import compare, ulp_distance
-from vllm_gdn_invariant.shadow.compare import FieldStats
+from vllm_gdn_invariant.shadow.compare import FieldPair, FieldStats, torch_stats
 
 INTERPRETED = "gdn_invariant_compare_kernel_interpreted"
 
@@ -46,6 +46,20 @@ def test_one_pass_gives_the_statistics_of_bits_compare(kernel, dtype, n, row):
     assert got.max_abs_diff == want["max_abs_diff"]
     int64_max = torch.iinfo(torch.int64).max
     assert got.max_ulp == int(ulp_distance(served, reference).max()) == int64_max
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_kernel_writes_the_torch_paths_row_item_for_item(kernel, dtype):
+    """Both ways give the same raw row (a NaN on one side included: item 1 is then the
+    largest distance of the other pairs in both), not only the same FieldStats."""
+    served, reference = pair(dtype, 4 * 1056, seed=3)
+    field = FieldPair(served.view(4, 1056), reference.view(4, 1056))
+    by_kernel = torch.zeros(kernel.STATS_WIDTH, dtype=torch.int64)
+    kernel.field_stats(field.served, field.reference, by_kernel)
+    by_torch = torch.zeros(kernel.STATS_WIDTH, dtype=torch.int64)
+    torch_stats(field, by_torch)
+    assert by_kernel.tolist() == by_torch.tolist()
+    assert by_kernel[2] == 1 and 0 < by_kernel[1] < torch.iinfo(torch.int64).max
 
 
 def test_finite_pairs_give_the_largest_distance_and_difference(kernel):

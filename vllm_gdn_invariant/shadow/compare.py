@@ -138,14 +138,15 @@ def torch_stats(pair: FieldPair, out: Tensor, valid: Tensor | None = None) -> No
         return
     distance = ulp_distance(served, reference).flatten()
     differing = (raw_bits(served) != raw_bits(reference)).sum()
-    nan_mismatches = (torch.isnan(served) ^ torch.isnan(reference)).sum()
+    one_nan = (torch.isnan(served) ^ torch.isnan(reference)).flatten()
+    largest = torch.where(one_nan, 0, distance).max()  # the layout's item 1 (compare_kernel.py)
     finite = torch.isfinite(served) & torch.isfinite(reference)
     diff = torch.where(finite, (served.double() - reference.double()).abs(), 0.0)
     rows = torch.tensor([reference.shape[0]], dtype=torch.int64, device=out.device)
     out.copy_(
         torch.cat(
             [
-                torch.stack([differing, distance.max(), nan_mismatches]),
+                torch.stack([differing, largest, one_nan.sum()]),
                 at_most(distance),
                 diff.max().reshape(1).view(torch.int64),
                 rows,
