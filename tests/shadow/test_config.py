@@ -47,11 +47,14 @@ def test_defaults(tmp_path, monkeypatch):
 
 def test_every_option(tmp_path):
     config = shadow(
-        f"1/8, ref=golden+decode, out={tmp_path}/x.jsonl, seed=7, max_rows=3, max_mb=1.5"
+        f"1/8, ref=golden+decode, golden_impl=torch, out={tmp_path}/x.jsonl, seed=7, "
+        "max_rows=3, max_mb=1.5"
     )
     assert config.references == ("golden", "decode")
     assert (config.seed, config.max_rows, config.max_bytes) == (7, 3, 1572864)
-    assert "1/8 ref=golden+decode" in config.describe()
+    assert "1/8 ref=golden+decode golden_impl=torch out=" in config.describe()
+    decode_only = shadow(f"1/8, ref=decode, out={tmp_path}/x.jsonl")
+    assert "ref=decode out=" in decode_only.describe()  # no golden reference, no golden_impl
 
 
 @pytest.mark.parametrize(

@@ -11,15 +11,15 @@ steps: caches and their storage layout, what serves the rows, how to call the re
    speculative, or it has no one-token decode rows;
 2. runs the serving call, untouched;
 3. recomputes the rows with each configured reference (reference.py) and launches the
-   comparison of output, recurrent state and conv state with what was served (compare.py);
-   4. once the statistics are on the host, writes one JSONL record per reference (record.py)
+   comparison of output, recurrent state and conv state with what was served (compare.py).
+   The golden reference is computed by the golden-matched kernels where they can run and did
+   not serve the rows (CUDA, outside mode ``golden``) unless ``golden_impl=torch``, otherwise
+   by the PyTorch goldens (:meth:`ShadowChecker.golden_impl`);
+4. once the statistics are on the host, writes one JSONL record per reference (record.py)
    and updates the metrics (metrics.py). On CUDA the serving thread does not wait for that:
    the statistics travel to pinned memory behind an event and a daemon thread of the checker
    finishes the check when they arrive (:meth:`ShadowChecker.drain` waits for every check
-   launched so far); on CPU step 4 follows at once. The golden reference is
-   computed by the golden-matched kernels where they can run and did not serve the rows (CUDA,
-   outside mode ``golden``) unless ``golden_impl=torch``, otherwise by the PyTorch goldens
-   (:meth:`ShadowChecker.golden_impl`).
+   launched so far); on CPU step 4 follows at once.
 
 It never changes what is served: the serving call gets the same arguments and runs whatever
 happens in steps 1, 3 and 4. An exception in any of them is caught, counted by stage (metrics

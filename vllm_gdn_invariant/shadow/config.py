@@ -87,9 +87,9 @@ class ShadowConfig:
     def describe(self) -> str:
         if not self.enabled:
             return "off"
+        golden_impl = f" golden_impl={self.golden_impl}" if "golden" in self.references else ""
         return (
-            f"{self.rate_text} ref={self.reference} golden_impl={self.golden_impl} "
-            f"out={self.out} seed={self.seed} "
+            f"{self.rate_text} ref={self.reference}{golden_impl} out={self.out} seed={self.seed} "
             f"max_rows={self.max_rows} max_mb={self.max_mb:g}"
         )
 
