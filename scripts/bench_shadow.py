@@ -65,11 +65,12 @@ from vllm_gdn_invariant.e2e.plugin_site import (  # noqa: E402
     plugin_site,
 )
 from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
+from vllm_gdn_invariant.harness.shadow_records import group_checks  # noqa: E402
 from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT, words, write_tiny_model  # noqa: E402
 from vllm_gdn_invariant.shadow import checker as checker_module  # noqa: E402
 from vllm_gdn_invariant.shadow.config import parse_shadow  # noqa: E402
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics  # noqa: E402
-from vllm_gdn_invariant.shadow.record import FIELDS, read_records  # noqa: E402
+from vllm_gdn_invariant.shadow.record import read_records  # noqa: E402
 
 ARMS = ("off", "1/64", "1")
 CUDA = torch.device("cuda")
@@ -97,23 +98,6 @@ def finish(checker: checker_module.ShadowChecker | None) -> None:
     so an arm pays for all of its checks."""
     if checker is not None:
         checker.drain()
-
-
-def records_summary(checker: checker_module.ShadowChecker) -> dict:
-    """What the checker's records say, by provider and step kind: checks and, per field,
-    checks with a difference (a sanity view of the timed checks: vLLM's conv update is the
-    goldens' bit for bit, so its field differs nowhere)."""
-    path = checker.writer.path
-    groups: dict[str, dict] = {}
-    for r in read_records(path) if path.exists() else []:
-        if r["kind"] != "check":
-            continue
-        key = f"{r['reference']} {r['reference_impl']} vs {r['provider']} ({r['step_kind']})"
-        g = groups.setdefault(key, {"checks": 0, **{name: 0 for name in FIELDS}})
-        g["checks"] += 1
-        for name in FIELDS:
-            g[name] += r[name]["differing"] > 0
-    return groups
 
 
 def sync() -> None:
@@ -366,6 +350,7 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
     for _ in range(ROUNDS):
         for arm in ARMS:
             samples[arm].append(run(arm))
+    path = checkers["1"].writer.path
     result = {
         "level": "engine",
         "model": model if args.model else {"BENCH_QWEN3_NEXT": BENCH_QWEN3_NEXT},
@@ -379,7 +364,9 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
         "checks_by_reference_impl": {
             arm: dict(c.stats.reference_impls) for arm, c in checkers.items()
         },
-        "checks_with_difference_by_field": records_summary(checkers["1"]),
+        # what the timed checks found: vLLM's conv update is the goldens' bit for bit, so
+        # its field differs nowhere
+        "check_groups": group_checks(read_records(path) if path.exists() else []),
         "failures": {arm: dict(c.stats.failures) for arm, c in checkers.items()},
         **summarize(samples, args.batch, checkers["1"].config.max_rows),
     }

@@ -44,6 +44,7 @@ from vllm_gdn_invariant.e2e.engine_options import (  # noqa: E402
 )
 from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site  # noqa: E402
 from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
+from vllm_gdn_invariant.harness.shadow_records import group_checks  # noqa: E402
 from vllm_gdn_invariant.models.tiny import (  # noqa: E402
     BENCH_QWEN3_NEXT,
     DEMO_OTHER_WORDS,
@@ -92,44 +93,6 @@ def child(arm: str, folder: Path, args: argparse.Namespace) -> None:
     others = [words(n, start=31 * (i + 1)) for i, n in enumerate(DEMO_OTHER_WORDS)]
     llm.generate([target], params, use_tqdm=False)
     llm.generate([others[0], target, *others[1:]], params, use_tqdm=False)
-
-
-def summarize(records: list[dict]) -> list[dict]:
-    groups: dict[tuple, dict] = {}
-    for r in records:
-        if r["kind"] != "check":
-            continue
-        key = (
-            r["reference"],
-            r["provider"],
-            r["step_kind"],
-            r["state_dtype"],
-            r.get("reference_impl"),
-        )
-        g = groups.setdefault(
-            key,
-            {
-                "reference": key[0],
-                "provider": key[1],
-                "step_kind": key[2],
-                "state_dtype": key[3],
-                "reference_impl": key[4],
-                "checks": 0,
-                "checks_with_difference": dict.fromkeys(FIELDS, 0),
-                "max_ulp": dict.fromkeys(FIELDS, 0),
-                "layers": set(),
-            },
-        )
-        g["checks"] += 1
-        g["layers"].add(r["layer"])
-        for name in FIELDS:
-            g["checks_with_difference"][name] += r[name]["differing"] > 0
-            g["max_ulp"][name] = max(g["max_ulp"][name], r[name]["max_ulp"])
-    out = []
-    for g in groups.values():
-        g["layers"] = len(g["layers"])
-        out.append(g)
-    return sorted(out, key=lambda g: (g["reference"], g["provider"], g["step_kind"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         records = [r for p in sorted(folder.glob("shadow.*.jsonl")) for r in read_records(p)]
         failures = [r for r in records if r["kind"] == "failure"]
-        report["arms"][arm] = {"groups": summarize(records), "failures": failures}
+        report["arms"][arm] = {"groups": group_checks(records), "failures": failures}
         for g in report["arms"][arm]["groups"]:
             print(
                 f"{arm:<6} {g['reference']:<7} {g['provider']:<19} {g['step_kind']:<7} "

@@ -49,7 +49,7 @@ def in_flight(event: Arrival, differing: int = 0) -> InFlight:
         "decode_rows": 2,
         "snapshot_bytes": 100,
     }
-    return InFlight(PendingStats(list(FIELDS), [2, 2, 2], host, event), record, "golden-kernels")
+    return InFlight(PendingStats(list(FIELDS), [2, 2, 2], host, event), record)
 
 
 def test_a_check_is_recorded_once_its_statistics_arrive(tmp_path):

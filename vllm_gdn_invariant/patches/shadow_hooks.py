@@ -31,11 +31,10 @@ from vllm.model_executor.layers.mamba.ops.cpu import gdn_attention as cpu_gdn
 
 from vllm_gdn_invariant.patches import routed_forward_core as routing
 from vllm_gdn_invariant.patches.shadow import vllm_own
+from vllm_gdn_invariant.plugin.config import Mode
 from vllm_gdn_invariant.shadow import metrics
 from vllm_gdn_invariant.shadow.checker import Probe, Site, active_checker
 from vllm_gdn_invariant.shadow.reference import GoldenParams, StateLayout
-
-GOLDEN_MODE = "golden"
 
 
 def prepare_process() -> None:
@@ -49,7 +48,7 @@ def layer_metadata(forward_context: Any, layer: Any) -> Any:
 
 
 def cuda_provider(served: Any, layer: Any, attn_metadata: Any, mode: str) -> str:
-    if mode == GOLDEN_MODE:
+    if mode == Mode.GOLDEN.value:
         return "golden-kernels"
     if not layer.enable_packed_recurrent_decode:
         return "vllm-sigmoid-gating"
@@ -132,7 +131,7 @@ def cpu_site(served: Any, probe: Probe, mode: str) -> Site:
         layout=StateLayout(
             conv_dim_first=mamba_utils.is_conv_state_dim_first(), recurrent_k_major=True
         ),
-        provider="goldens" if mode == GOLDEN_MODE else "vllm-cpu",
+        provider="goldens" if mode == Mode.GOLDEN.value else "vllm-cpu",
         step_kind="decode" if attn_metadata.num_prefills == 0 else "mixed",
         golden_params=lambda: GoldenParams.of_layer(layer, cpu_gdn._unpacked_conv_weight(layer)),
         decode_call=decode_call,

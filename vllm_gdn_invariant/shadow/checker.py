@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vllm_gdn_invariant.plugin.config import load_config
+from vllm_gdn_invariant.plugin.config import Mode, load_config
 from vllm_gdn_invariant.plugin.entry import registered_status
 from vllm_gdn_invariant.shadow.compare import FIELDS, FieldPair, PendingStats, start
 from vllm_gdn_invariant.shadow.config import ShadowConfig
@@ -70,7 +70,6 @@ except Exception:  # noqa: BLE001 - without vLLM the stdlib logger of that name 
 logger = init_logger("vllm.gdn_invariant.shadow")
 
 STAGES = ("setup", "snapshot", "reference", "compare", "record", "metrics")
-GOLDEN_MODE = "golden"  # the plugin mode whose decode rows the golden kernels serve
 MAX_IN_FLIGHT = 1024  # checks waiting for their statistics; the serving thread waits beyond
 POLL_S = 0.0002  # the finishing thread's wait between looks at a check's event
 EXIT_DRAIN_S = 10.0  # at process exit, wait this long at most for checks in flight
@@ -113,8 +112,7 @@ class InFlight:
     """A launched check: its statistics on their way and the rest of its record."""
 
     stats: PendingStats
-    record: dict[str, Any]
-    impl: str
+    record: dict[str, Any]  # check_record's arguments but rows and stats
 
 
 @dataclass
@@ -266,7 +264,7 @@ class ShadowChecker:
         ``golden_impl=torch``; the PyTorch goldens otherwise."""
         if (
             self.config.golden_impl == "torch"
-            or self.mode == GOLDEN_MODE
+            or self.mode == Mode.GOLDEN.value
             or not site.ssm_cache.is_cuda
             or site.layout.recurrent_k_major
         ):
@@ -315,7 +313,7 @@ class ShadowChecker:
             "decode_rows": pending.decode_rows,
             "snapshot_bytes": snapshot.nbytes,
         }
-        check = InFlight(stats, record, impl)
+        check = InFlight(stats, record)
         if stats.event is None:
             self.complete(check)
         else:
@@ -334,7 +332,7 @@ class ShadowChecker:
             self.writer.write(check_record(**record, rows=rows, stats=stats))
             stage = "metrics"
             differing = {name: s.differing for name, s in stats.items()}
-            self._count(differing, rows, check.impl)
+            self._count(differing, rows, record["reference_impl"])
             self.metrics.observe_check(
                 layer=record["layer"],
                 reference=record["reference"],
