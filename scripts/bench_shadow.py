@@ -14,7 +14,9 @@ synchronizations; the median over rounds of the mean step time is reported, with
 ``off``. It also reports the device memory a checked step adds (peak minus before) and
 where a checked step's time goes, against an unchecked one (``profile``: torch.profiler's
 host wall time, device kernel time and launches, host-device synchronizations, the ops with
-most self time).
+most self time), the serving thread's time to launch a step per arm (``host_launch_us``: what
+a checked layer adds to a host-bound engine) and the Python functions with most own time in a
+checked step (``checked_step_python_us``, cProfile).
 
 Engine level (``--engine``): vLLM's ``LLM`` in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
 with the plugin and the shadow checker on, on a model folder (default: the engine benchmarks'
@@ -36,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import json
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -173,6 +177,8 @@ def bench_layer_case(
     def context():
         return types.SimpleNamespace(attn_metadata={PREFIX: meta})
 
+    host_samples = {arm: [] for arm in ARMS}
+
     def run(arm: str) -> float:
         function = served if arm == "off" else wrapper
         checker_module.install(checkers.get(arm))
@@ -180,6 +186,7 @@ def bench_layer_case(
         start = time.perf_counter()
         for _ in range(steps):
             function(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
+        host_samples[arm].append((time.perf_counter() - start) / steps * 1e6)
         finish(checkers.get(arm))
         sync()
         return (time.perf_counter() - start) / steps * 1e6
@@ -193,6 +200,8 @@ def bench_layer_case(
         for arm in ARMS:  # warm up: Triton compiles, the goldens' first launches
             run(arm)
         samples = {arm: [] for arm in ARMS}
+        for arm in ARMS:
+            host_samples[arm].clear()
         for _ in range(ROUNDS):
             for arm in ARMS:
                 samples[arm].append(run(arm))
@@ -214,6 +223,11 @@ def bench_layer_case(
         unchecked_profile = profile_step(
             lambda: served(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
         )
+        python_profile = profile_python(
+            lambda: wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out), steps
+        )
+        finish(checker)
+        sync()
     checker_module.install(None)
     result = {
         "level": "layer",
@@ -230,6 +244,10 @@ def bench_layer_case(
         "checked_step_extra_device_bytes": peak_extra,
         "checked_step_snapshot_bytes": snapshot,
         "profile": {"checked_step": checked_profile, "unchecked_step": unchecked_profile},
+        # the serving thread's time to launch a step (no waiting for the device): what a
+        # checked layer adds to a host-bound engine's step
+        "host_launch_us": {arm: round(statistics.median(v), 1) for arm, v in host_samples.items()},
+        "checked_step_python_us": python_profile,
         **summarize(samples, decodes, checkers["1"].config.max_rows),
     }
     return result
@@ -265,6 +283,22 @@ def profile_step(step: Callable[[], object], top: int = 8) -> dict:
         ),
         "top_device_ops_us": {e.key[:80]: round(e.self_device_time_total, 1) for e in by_device},
         "top_host_ops_us": {e.key[:80]: round(e.self_cpu_time_total, 1) for e in by_host},
+    }
+
+
+def profile_python(step: Callable[[], object], steps: int, top: int = 16) -> dict:
+    """The Python functions with most own time in a checked step (cProfile, which slows
+    every call: the shares matter, not the sum), microseconds per step."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    table = pstats.Stats(profiler).stats  # {(file, line, name): (calls, _, own, cumulative, _)}
+    ranked = sorted(table.items(), key=lambda item: -item[1][2])[:top]
+    return {
+        f"{Path(file).name}:{line}({name})": round(own / steps * 1e6, 1)
+        for (file, line, name), (_, _, own, _, _) in ranked
     }
 
 
@@ -453,6 +487,9 @@ def print_result(r: dict) -> None:
     ratios = " ".join(f"{arm}: {x}" for arm, x in r["ratio_to_off"].items() if arm != "off")
     derived = r["ratio_at_1/64_derived_from_1"]
     print(f"{what:<28} {steps}  ratio to off: {ratios} (1/64 from 1: {derived})", flush=True)
+    if "host_launch_us" in r:
+        launch = " ".join(f"{arm}={us}us" for arm, us in r["host_launch_us"].items())
+        print(f"{'':<28} host launch per step: {launch}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,9 +15,10 @@ import torch
 
 from tests.kernels.conftest import INTERPRETED_KERNELS, KERNELS_DIR, import_interpreted
 from tests.shadow.pairs import snapshot_case
+from vllm_gdn_invariant.shadow import checker as checker_module
 from vllm_gdn_invariant.shadow import reference as reference_module
 from vllm_gdn_invariant.shadow.bits import same_bits
-from vllm_gdn_invariant.shadow.checker import ShadowChecker
+from vllm_gdn_invariant.shadow.checker import Pending, ShadowChecker
 from vllm_gdn_invariant.shadow.config import ShadowSettingError, parse_shadow
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics
 from vllm_gdn_invariant.shadow.reference import (
@@ -56,6 +57,46 @@ def test_the_golden_kernels_give_the_goldens_bits(interpreted_decode_step, state
     assert all(same_bits(before[n], t) for n, t in vars(snapshot).items())
     # the step moved the state: a reference that returned its input would not pass above
     assert not same_bits(by_kernels.recurrent_state, snapshot.ssm_blocks)
+
+
+def test_a_spent_snapshot_gives_the_same_bits_and_holds_the_new_blocks(interpreted_decode_step):
+    snapshot, params = snapshot_case(torch.bfloat16, True, CPU)
+    layout = StateLayout(conv_dim_first=True)
+    on_copies = golden_kernels_reference(snapshot, params, layout, torch.bfloat16)
+    spent = golden_kernels_reference(snapshot, params, layout, torch.bfloat16, spend=True)
+    for name in FIELDS:
+        assert same_bits(getattr(spent, name), getattr(on_copies, name)), name
+    assert same_bits(snapshot.ssm_blocks, on_copies.recurrent_state)
+    assert same_bits(snapshot.conv_blocks, on_copies.conv_state)
+
+
+def test_only_the_last_reference_of_a_check_spends_the_snapshot(tmp_path, monkeypatch):
+    spent = []
+
+    def spy(reference):
+        def compute(*args, spend=False, **kwargs):
+            spent.append((reference, spend))
+            raise RuntimeError("stop before the compare")
+
+        return compute
+
+    monkeypatch.setattr(checker_module, "golden_kernels_reference", spy("golden"))
+    monkeypatch.setattr(checker_module, "decode_reference", spy("decode"))
+    config = parse_shadow(f"1.0,ref=golden+decode,out={tmp_path}/s.jsonl")
+    checker = ShadowChecker(config, "route", metrics=ShadowMetrics())
+    snapshot, params = snapshot_case(torch.float32, True, CPU)
+    where = SimpleNamespace(
+        layer=None,
+        attn_metadata=None,
+        decode_call=None,
+        golden_params=lambda: params,
+        conv_cache=torch.zeros(1, 1),
+        ssm_cache=SimpleNamespace(is_cuda=True),
+        layout=StateLayout(conv_dim_first=True),
+    )
+    checker.finish(Pending(where, snapshot, 3, 1), torch.zeros(3, 1))
+    assert spent == [("golden", False), ("decode", True)]
+    assert checker.stats.failures["reference"] == 2
 
 
 def test_a_wrong_conv_layout_is_seen(interpreted_decode_step):

@@ -60,7 +60,7 @@ from vllm_gdn_invariant.shadow.reference import (
     golden_reference,
 )
 from vllm_gdn_invariant.shadow.sampling import RowSampler
-from vllm_gdn_invariant.shadow.snapshot import Snapshot, row_bytes, take_snapshot, window
+from vllm_gdn_invariant.shadow.snapshot import Snapshot, SnapshotSize, take_snapshot, window
 
 try:
     from vllm.logger import init_logger
@@ -71,7 +71,7 @@ logger = init_logger("vllm.gdn_invariant.shadow")
 
 STAGES = ("setup", "snapshot", "reference", "compare", "record", "metrics")
 MAX_IN_FLIGHT = 1024  # checks waiting for their statistics; the serving thread waits beyond
-POLL_S = 0.0002  # the finishing thread's wait between looks at a check's event
+POLL_S = 0.0002  # drain's wait between looks at the checks in flight
 EXIT_DRAIN_S = 10.0  # at process exit, wait this long at most for checks in flight
 
 
@@ -158,7 +158,7 @@ class ShadowChecker:
         self.writer = writer if writer is not None else JsonlWriter(config.path_for)
         self.stats = ShadowStats()
         self._logged: set[str] = set()
-        self._row_bytes: dict[str, int] = {}  # by layer: a layer's shapes do not change
+        self._sizes: dict[str, SnapshotSize] = {}  # by layer: a layer's shapes do not change
         self._lock = threading.Lock()  # stats and logging, shared with the finishing thread
         self._queue: queue.Queue[InFlight] | None = None
         self._worker_pid: int | None = None
@@ -209,18 +209,19 @@ class ShadowChecker:
             or metadata.num_decode_tokens != num_decodes
         ):
             return None
-        per_row = self._row_bytes.get(found.layer.prefix)
-        if per_row is None:
+        state_indices = metadata.non_spec_state_indices_tensor
+        size = self._sizes.get(found.layer.prefix)
+        if size is None:
             kv_cache = found.layer.kv_cache
-            per_row = row_bytes(kv_cache[0], kv_cache[1], mixed_qkv, b, a)
-            self._row_bytes[found.layer.prefix] = per_row
-        limit = min(self.config.max_rows, self.config.max_bytes // per_row)
+            size = SnapshotSize.of(state_indices, kv_cache[0], kv_cache[1], mixed_qkv, b, a)
+            self._sizes[found.layer.prefix] = size
+        limit = min(self.config.max_rows, size.rows_within(self.config.max_bytes))
         if limit < 1:
             self.stats.skipped_memory += 1
             self._log_once(
                 "memory",
-                f"one decode row needs {per_row} bytes of snapshot, more than max_mb="
-                f"{self.config.max_mb:g}; no row is checked",
+                f"a snapshot of one decode row needs {size.fixed + size.per_row} bytes, more "
+                f"than max_mb={self.config.max_mb:g}; no row is checked",
             )
             return None
         draw = self.sampler.draw(found.step_key, num_decodes, limit)
@@ -230,7 +231,7 @@ class ShadowChecker:
         rows = window(draw.start, min(limit, num_decodes), num_decodes, mixed_qkv.device)
         snapshot = take_snapshot(
             rows,
-            metadata.non_spec_state_indices_tensor[:num_decodes],
+            state_indices[:num_decodes],
             site.conv_cache,
             site.ssm_cache,
             mixed_qkv,
@@ -244,19 +245,15 @@ class ShadowChecker:
         """Recompute and launch the comparison after the serving call; failures are caught and
         counted."""
         site, snapshot = pending.site, pending.snapshot
-        try:
-            valid = snapshot.blocks > 0  # inactive rows are left out of the comparison
-            blocks = snapshot.blocks.clamp(min=0)
-            served = {
-                "output": (core_attn_out, snapshot.rows),
-                "recurrent_state": (site.ssm_cache, blocks),
-                "conv_state": (site.conv_cache, blocks),
-            }
-        except Exception as exc:  # noqa: BLE001
-            self.failed("compare", exc)
-            return
-        for reference in self.config.references:
-            self._check(pending, served, valid, reference, core_attn_out.dtype)
+        served = {
+            "output": (core_attn_out, snapshot.rows),
+            "recurrent_state": (site.ssm_cache, snapshot.blocks),
+            "conv_state": (site.conv_cache, snapshot.blocks),
+        }
+        references = self.config.references
+        for i, reference in enumerate(references):
+            spend = i == len(references) - 1  # the last reference updates the snapshot
+            self._check(pending, served, reference, core_attn_out.dtype, spend)
 
     def golden_impl(self, site: Site) -> str:
         """What computes the golden reference at ``site``: the golden-matched kernels on CUDA
@@ -275,28 +272,38 @@ class ShadowChecker:
         self,
         pending: Pending,
         served: dict[str, tuple[Tensor, Tensor]],
-        valid: Tensor,
         reference: str,
         out_dtype: torch.dtype,
+        spend: bool,
     ) -> None:
         site, snapshot = pending.site, pending.snapshot
         stage = "reference"
         try:
             if reference == "golden":
                 impl = self.golden_impl(site)
-                compute = golden_kernels_reference if impl == GOLDEN_KERNELS else golden_reference
-                result = compute(snapshot, site.golden_params(), site.layout, out_dtype)
+                params = site.golden_params()
+                if impl == GOLDEN_KERNELS:
+                    result = golden_kernels_reference(
+                        snapshot, params, site.layout, out_dtype, spend=spend
+                    )
+                else:
+                    result = golden_reference(snapshot, params, site.layout, out_dtype)
             else:
                 impl = VLLM_DECODE
                 result = decode_reference(
-                    snapshot, site.layer, site.attn_metadata, site.decode_call, out_dtype
+                    snapshot,
+                    site.layer,
+                    site.attn_metadata,
+                    site.decode_call,
+                    out_dtype,
+                    spend=spend,
                 )
             stage = "compare"
             pairs = {
                 name: FieldPair(served[name][0], getattr(result, name), served[name][1])
                 for name in FIELDS
             }
-            stats = start(pairs, valid)
+            stats = start(pairs, snapshot.active)
         except Exception as exc:  # noqa: BLE001 - never fail the step
             self.failed(stage, exc)
             return
@@ -371,8 +378,7 @@ class ShadowChecker:
         while True:
             check = checks.get()
             try:
-                while not check.stats.ready():
-                    time.sleep(POLL_S)
+                check.stats.wait()
                 self.complete(check)
             except Exception as exc:  # noqa: BLE001 - the thread must go on
                 self.failed("compare", exc)

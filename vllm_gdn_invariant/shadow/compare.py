@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -78,9 +78,15 @@ class FieldStats:
     rows: int
 
     def to_json(self) -> dict:
-        out = asdict(self)
-        del out["rows"]  # the record has the check's rows once
-        return out
+        """The record's entry of the field (the record has the check's rows once)."""
+        return {
+            "compared": self.compared,
+            "differing": self.differing,
+            "max_abs_diff": self.max_abs_diff,
+            "max_ulp": self.max_ulp,
+            "nan_mismatches": self.nan_mismatches,
+            "ulp_histogram": dict(self.ulp_histogram),
+        }
 
     @classmethod
     def of_row(cls, row: list[int], row_elements: int) -> FieldStats:
@@ -177,8 +183,11 @@ class PendingStats:
     host: Tensor
     event: torch.cuda.Event | None
 
-    def ready(self) -> bool:
-        return self.event is None or self.event.query()
+    def wait(self) -> None:
+        """Until the statistics are on the host (a blocking-sync event: the thread sleeps
+        without the GIL)."""
+        if self.event is not None:
+            self.event.synchronize()
 
     def result(self) -> dict[str, FieldStats]:
         if self.event is not None:
@@ -214,7 +223,7 @@ def start(
         return PendingStats(names, elements, rows, None)
     host = torch.empty(rows.shape, dtype=torch.int64, pin_memory=True)
     host.copy_(rows, non_blocking=True)
-    event = torch.cuda.Event()
+    event = torch.cuda.Event(blocking=True)  # a waiter sleeps instead of spinning
     event.record()
     return PendingStats(names, elements, host, event)
 

@@ -1,8 +1,10 @@
 """Recompute a snapshot's decode rows with a reference: the goldens or vLLM's decode path.
 
-Both run on copies: the snapshot's state blocks are placed in a scratch cache of ``m + 1``
-blocks (block 0 is the null block, zeros; row ``i`` owns block ``i + 1``), so the live cache is
-never touched, and return the output rows and the new blocks in the cache's storage layout.
+All run on the snapshot's scratch caches (``m + 1`` blocks, block 0 the null block, row ``i``
+in block ``i + 1``: snapshot.py), never on the live cache, and return the output rows and the
+new blocks in the cache's storage layout. The kernels update a scratch cache in place: by
+default on a copy of the snapshot's; with ``spend=True`` on the snapshot's own (then the
+snapshot holds the new blocks: the checker spends it on its last reference).
 
 * :func:`golden_reference`: ``golden.conv_update`` then ``golden.recurrent_step`` (the
   goldens validate the scratch indices against their state contract before computing).
@@ -21,6 +23,7 @@ never touched, and return the output rows and the new blocks in the cache's stor
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
@@ -99,12 +102,9 @@ class ReferenceResult:
     conv_state: Tensor
 
 
-def scratch(blocks: Tensor) -> Tensor:
-    """``blocks`` behind a zero null block: row ``i`` owns block ``i + 1``."""
-    return torch.cat([torch.zeros_like(blocks[:1]), blocks])
-
-
+@functools.lru_cache(maxsize=16)
 def scratch_indices(num_rows: int, device: torch.device) -> Tensor:
+    """Blocks ``1..num_rows`` (int32; the same tensor for the same arguments: read only)."""
     return torch.arange(1, num_rows + 1, dtype=torch.int32, device=device)
 
 
@@ -116,7 +116,7 @@ def golden_reference(
     indices = scratch_indices(m, snapshot.rows.device)
     conv_out, new_conv = conv_update(
         snapshot.mixed_qkv,
-        scratch(snapshot.conv_blocks),
+        snapshot.conv_scratch,
         params.conv_weight,
         indices,
         bias=params.conv_bias,
@@ -129,7 +129,7 @@ def golden_reference(
         snapshot.b,
         params.A_log,
         params.dt_bias,
-        scratch(layout.recurrent_logical(snapshot.ssm_blocks)),
+        layout.recurrent_logical(snapshot.ssm_scratch),
         indices,
         num_k_heads=params.num_k_heads,
         scale=params.head_k_dim**-0.5,
@@ -142,15 +142,27 @@ def golden_reference(
     )
 
 
+def scratch_caches(snapshot: Snapshot, spend: bool) -> tuple[Tensor, Tensor]:
+    """The scratch caches a kernel updates: the snapshot's own when ``spend``, else copies."""
+    if spend:
+        return snapshot.conv_scratch, snapshot.ssm_scratch
+    return snapshot.conv_scratch.clone(), snapshot.ssm_scratch.clone()
+
+
 def golden_kernels_reference(
-    snapshot: Snapshot, params: GoldenParams, layout: StateLayout, out_dtype: torch.dtype
+    snapshot: Snapshot,
+    params: GoldenParams,
+    layout: StateLayout,
+    out_dtype: torch.dtype,
+    *,
+    spend: bool = False,
 ) -> ReferenceResult:
     """The golden-matched kernels on the snapshot's rows (CUDA; bitwise
     :func:`golden_reference`)."""
     if layout.recurrent_k_major:
         raise ValueError("the golden kernels read the recurrent state as [HV, V, K] only")
     m = snapshot.num_rows
-    conv, ssm = scratch(snapshot.conv_blocks), scratch(snapshot.ssm_blocks)
+    conv, ssm = scratch_caches(snapshot, spend)
     out = decode_step(
         snapshot.mixed_qkv,
         snapshot.a,
@@ -216,17 +228,18 @@ def decode_reference(
     attn_metadata: Any,
     decode_call: DecodeCall,
     out_dtype: torch.dtype,
+    *,
+    spend: bool = False,
 ) -> ReferenceResult:
     """vLLM's decode-only path on the snapshot's rows, on a scratch cache."""
     m = snapshot.num_rows
     device = snapshot.rows.device
-    conv, ssm = scratch(snapshot.conv_blocks), scratch(snapshot.ssm_blocks)
+    conv, ssm = scratch_caches(snapshot, spend)
     view = LayerView(layer, (conv, ssm))
     metadata = decode_only_metadata(attn_metadata, scratch_indices(m, device))
-    heads, v_dim = snapshot.ssm_blocks.shape[1], snapshot.ssm_blocks.shape[2]
+    heads, v_dim = ssm.shape[1], ssm.shape[2]
     out = torch.zeros((m, heads, v_dim), dtype=out_dtype, device=device)
-    # vLLM's conv update writes its output over its input: give it copies.
-    decode_call(
-        view, metadata, snapshot.mixed_qkv.clone(), snapshot.b.clone(), snapshot.a.clone(), out
-    )
+    # vLLM's conv update writes its output over its input: give it copies unless spent.
+    inputs = (snapshot.mixed_qkv, snapshot.b, snapshot.a)
+    decode_call(view, metadata, *(t if spend else t.clone() for t in inputs), out)
     return ReferenceResult(output=out, recurrent_state=ssm[1:], conv_state=conv[1:])

@@ -1,12 +1,15 @@
 """Copies of the sampled decode rows' inputs and state blocks, taken before the step.
 
 A snapshot holds, for ``m`` sampled decode rows: their positions in the step, their state
-block indices, copies of their inputs (``mixed_qkv`` before the conv, ``b``, ``a``) and copies
-of their conv and recurrent state blocks exactly as the cache stores them (storage layout:
-whatever transposition the serving path uses is applied only when a reference reads them).
-Taking it launches a handful of gathers and never waits for the device: the row positions
-are a window built on the device, and rows whose index marks them inactive (<= 0, the
-goldens' contract) are gathered from block 0 and left out of the comparison (compare.py).
+block indices (and which of them are active), copies of their inputs (``mixed_qkv`` before the
+conv, ``b``, ``a``) and copies of their conv and recurrent state blocks exactly as the cache
+stores them (storage layout: whatever transposition the serving path uses is applied only when
+a reference reads them). The blocks are copied into scratch caches of ``m + 1`` blocks, block 0
+a zero null block and row ``i`` in block ``i + 1``, the shape the references run on
+(reference.py). Taking it launches a handful of gathers and never waits for the device: the
+row positions are a window built on the device, and rows whose index marks them inactive
+(<= 0, the goldens' contract) are gathered from block 0 and left out of the comparison
+(compare.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-INDEX_BYTES = 8  # a row's position and block, int64
+POSITION_BYTES = 8 + 1  # a row's position (int64) and whether it is active (bool)
 
 
 @dataclass
@@ -25,37 +28,83 @@ class Snapshot:
     """The sampled rows of one layer in one step (all tensors on the cache's device)."""
 
     rows: Tensor  # int64 [m], positions of the rows in the step's token order
-    blocks: Tensor  # int64 [m], their state blocks
+    blocks: Tensor  # [m], their state blocks, inactive ones clamped to 0
+    active: Tensor  # bool [m], whether the row's state index was > 0
     mixed_qkv: Tensor  # [m, conv_dim], before the conv
     b: Tensor  # [m, HV]
     a: Tensor  # [m, HV]
-    conv_blocks: Tensor  # [m, *conv block], storage layout
-    ssm_blocks: Tensor  # [m, *recurrent block], storage layout
+    conv_scratch: Tensor  # [m + 1, *conv block], storage layout, block 0 zeros
+    ssm_scratch: Tensor  # [m + 1, *recurrent block], storage layout, block 0 zeros
 
     @property
     def num_rows(self) -> int:
         return int(self.rows.numel())
 
     @property
+    def conv_blocks(self) -> Tensor:
+        """The rows' conv blocks ``[m, ...]`` (a view of the scratch cache)."""
+        return self.conv_scratch[1:]
+
+    @property
+    def ssm_blocks(self) -> Tensor:
+        """The rows' recurrent blocks ``[m, ...]`` (a view of the scratch cache)."""
+        return self.ssm_scratch[1:]
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the copies."""
         return sum(getattr(self, f.name).nbytes for f in fields(self))
 
+    def clone(self) -> Snapshot:
+        """A copy for a reference that updates its scratch blocks in place."""
+        return Snapshot(*(getattr(self, f.name).clone() for f in fields(self)))
 
-def row_bytes(
-    conv_cache: Tensor, ssm_cache: Tensor, mixed_qkv: Tensor, b: Tensor, a: Tensor
-) -> int:
-    """Bytes one sampled row adds to a snapshot (from shapes alone: this runs in every step)."""
-    per_row = sum(
-        math.prod(t.shape[1:]) * t.element_size() for t in (conv_cache, ssm_cache, mixed_qkv, b, a)
-    )
-    return per_row + 2 * INDEX_BYTES
+
+@dataclass(frozen=True)
+class SnapshotSize:
+    """Bytes of a snapshot of a layer: ``fixed + rows * per_row``."""
+
+    fixed: int  # the scratch caches' null blocks
+    per_row: int
+
+    @classmethod
+    def of(
+        cls,
+        state_indices: Tensor,
+        conv_cache: Tensor,
+        ssm_cache: Tensor,
+        mixed_qkv: Tensor,
+        b: Tensor,
+        a: Tensor,
+    ) -> SnapshotSize:
+        """From shapes and dtypes alone."""
+
+        def row(t: Tensor) -> int:
+            return math.prod(t.shape[1:]) * t.element_size()
+
+        fixed = row(conv_cache) + row(ssm_cache)
+        inputs = sum(row(t) for t in (mixed_qkv, b, a))
+        return cls(fixed, fixed + inputs + state_indices.element_size() + POSITION_BYTES)
+
+    def rows_within(self, max_bytes: int) -> int:
+        """The most rows whose snapshot fits in ``max_bytes``."""
+        return max(0, (max_bytes - self.fixed) // self.per_row)
 
 
 def window(start: int, count: int, num_rows: int, device: torch.device) -> Tensor:
     """Positions ``start, start + 1, ...`` (``count`` of them) modulo ``num_rows``, built on
     ``device`` without a host-to-device copy."""
-    return (torch.arange(count, dtype=torch.int64, device=device) + start) % num_rows
+    rows = torch.arange(start, start + count, dtype=torch.int64, device=device)
+    return rows.remainder_(num_rows) if start + count > num_rows else rows
+
+
+def gather_blocks(cache: Tensor, blocks: Tensor) -> Tensor:
+    """``cache``'s ``blocks`` behind a zero null block: ``[len(blocks) + 1, ...]``."""
+    shape = (blocks.numel() + 1, *cache.shape[1:])
+    scratch = torch.empty(shape, dtype=cache.dtype, device=cache.device)
+    scratch[0].zero_()
+    torch.index_select(cache, 0, blocks, out=scratch[1:])
+    return scratch
 
 
 def take_snapshot(
@@ -69,14 +118,15 @@ def take_snapshot(
 ) -> Snapshot:
     """Copy the inputs and state blocks of decode rows ``rows`` (positions; decode row ``i``
     owns ``state_indices[i]``). Inactive indices are gathered from block 0 and dropped later."""
-    blocks = state_indices.index_select(0, rows).to(torch.int64)
-    safe = blocks.clamp(min=0)
+    indices = state_indices.index_select(0, rows)
+    blocks = indices.clamp(min=0)
     return Snapshot(
         rows=rows,
         blocks=blocks,
+        active=indices > 0,
         mixed_qkv=mixed_qkv.index_select(0, rows),
         b=b.index_select(0, rows),
         a=a.index_select(0, rows),
-        conv_blocks=conv_cache.index_select(0, safe),
-        ssm_blocks=ssm_cache.index_select(0, safe),
+        conv_scratch=gather_blocks(conv_cache, blocks),
+        ssm_scratch=gather_blocks(ssm_cache, blocks),
     )
