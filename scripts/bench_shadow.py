@@ -25,7 +25,9 @@ weights), ``--batch`` one-word prompts decoding ``--max-tokens`` tokens; rounds 
 the arms by taking the shadow wrappers off and putting them back with a checker of that
 rate. The step time is the round's wall time over the tokens per request. CUDA graphs:
 decode-only steps in FULL graphs never run the Python hook, so the engine runs with
-``cudagraph_mode=PIECEWISE`` (``--eager``: no graphs).
+``cudagraph_mode=PIECEWISE`` (``--eager``: no graphs). After the rounds, one more ``generate``
+with shadow off and one at 1.0 run under cProfile (``step_python_us``: the serving thread's
+Python time per step by function).
 
 Compare level (``--compare``): the statistics of one checked layer's three fields (64 rows,
 Qwen3-Next heads, fp32 and bf16 state) by compare.py's torch ops against compare_kernel.py's
@@ -224,7 +226,7 @@ def bench_layer_case(
             lambda: served(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out)
         )
         python_profile = profile_python(
-            lambda: wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out), steps
+            lambda: wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out), steps, steps
         )
         finish(checker)
         sync()
@@ -286,20 +288,28 @@ def profile_step(step: Callable[[], object], top: int = 8) -> dict:
     }
 
 
-def profile_python(step: Callable[[], object], steps: int, top: int = 16) -> dict:
-    """The Python functions with most own time in a checked step (cProfile, which slows
-    every call: the shares matter, not the sum), microseconds per step."""
+def profile_python(step: Callable[[], object], calls: int, units: int, top: int = 16) -> dict:
+    """Where the serving thread's Python time goes over ``calls`` calls of ``step`` (cProfile,
+    which slows every call: the shares matter, not the sums), in microseconds per unit (a
+    step): the functions with most own time, and this package's functions with most
+    cumulative time."""
     profiler = cProfile.Profile()
     profiler.enable()
-    for _ in range(steps):
+    for _ in range(calls):
         step()
     profiler.disable()
     table = pstats.Stats(profiler).stats  # {(file, line, name): (calls, _, own, cumulative, _)}
-    ranked = sorted(table.items(), key=lambda item: -item[1][2])[:top]
-    return {
-        f"{Path(file).name}:{line}({name})": round(own / steps * 1e6, 1)
-        for (file, line, name), (_, _, own, _, _) in ranked
-    }
+
+    def name(key: tuple) -> str:
+        file, line, function = key
+        return f"{Path(file).name}:{line}({function})"
+
+    def ranked(column: int, keys) -> dict:
+        chosen = sorted(keys, key=lambda key: -table[key][column])[:top]
+        return {name(key): round(table[key][column] / units * 1e6, 1) for key in chosen}
+
+    ours = [key for key in table if "vllm_gdn_invariant" in key[0]]
+    return {"own_us": ranked(2, table), "package_cumulative_us": ranked(3, ours)}
 
 
 def bench_layer(args: argparse.Namespace, folder: Path) -> list[dict]:
@@ -403,6 +413,10 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
         "check_groups": group_checks(read_records(path) if path.exists() else []),
         "failures": {arm: dict(c.stats.failures) for arm, c in checkers.items()},
         **summarize(samples, args.batch, checkers["1"].config.max_rows),
+    }
+    # after the timed rounds and their records: one generate per arm under cProfile
+    result["step_python_us"] = {
+        arm: profile_python(lambda arm=arm: run(arm), 1, args.max_tokens) for arm in ("off", "1")
     }
     print_result(result)
     return [result]

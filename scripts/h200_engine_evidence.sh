@@ -23,6 +23,9 @@
 #                 layer level, the engine (one after the other, alone on the GPU)
 #   shadow-engine the shadow overhead in the engine (alone), then the shadow engine check's
 #                 route arm beside the shadow compare and reference GPU tests
+#   shadow-profile the shadow compare and reference GPU tests, then where a checked layer's
+#                 time goes and the overhead: the layer level, the engine (alone on the GPU),
+#                 then the shadow checker's layer GPU tests
 #   checks        timing-free: the shadow engine check's mode off arm, its mode golden arm with
 #                 a float32 state, the mixed-step compositions in mode golden, and the GPU
 #                 kernel tests of batch-invariant mode and of mode golden; in parallel
@@ -106,6 +109,16 @@ case $stage in
     job pytest_shadow_gpu python -m pytest -q -p no:cacheprovider -rs \
       tests/gpu/test_shadow_compare_gpu.py tests/gpu/test_shadow_reference_gpu.py
     ;;
+  shadow-profile)
+    now pytest_shadow_gpu 90 python -m pytest -q -p no:cacheprovider -rs \
+      tests/gpu/test_shadow_compare_gpu.py tests/gpu/test_shadow_reference_gpu.py
+    now bench_shadow_layer 150 python scripts/bench_shadow.py --steps 32 \
+      --out "$out/bench_shadow_layer_0.26.0.json"
+    now bench_shadow "$limit" python scripts/bench_shadow.py --engine \
+      --out "$out/bench_shadow_engine_0.26.0.json"
+    now pytest_shadow_layer_gpu 170 python -m pytest -q -p no:cacheprovider -rs \
+      tests/gpu/test_shadow_gpu.py
+    ;;
   checks)
     job shadow_engine_off python scripts/shadow_engine_check.py --kv-cache-gib 4 \
       --arms off --out "$out/shadow_engine_off_0.26.0.json"
@@ -117,7 +130,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench, shadow-overhead, shadow-engine or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile or checks)" >&2
     exit 2
     ;;
 esac

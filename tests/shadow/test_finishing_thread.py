@@ -17,13 +17,10 @@ FIELDS = ("output", "recurrent_state", "conv_state")
 
 
 class Arrival:
-    """An event stand-in: ``query`` is True once ``set``."""
+    """An event stand-in: ``synchronize`` returns once ``arrived`` is set."""
 
     def __init__(self) -> None:
         self.arrived = threading.Event()
-
-    def query(self) -> bool:
-        return self.arrived.is_set()
 
     def synchronize(self) -> None:
         self.arrived.wait()
