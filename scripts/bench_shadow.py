@@ -74,6 +74,7 @@ from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
 from vllm_gdn_invariant.harness.shadow_records import group_checks  # noqa: E402
 from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT, words, write_tiny_model  # noqa: E402
 from vllm_gdn_invariant.shadow import checker as checker_module  # noqa: E402
+from vllm_gdn_invariant.shadow import compare as compare_module  # noqa: E402
 from vllm_gdn_invariant.shadow.config import parse_shadow  # noqa: E402
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics  # noqa: E402
 from vllm_gdn_invariant.shadow.record import read_records  # noqa: E402
@@ -230,6 +231,9 @@ def bench_layer_case(
         )
         finish(checker)
         sync()
+        stages = stage_host_us(
+            checker, lambda: wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out), steps
+        )
     checker_module.install(None)
     result = {
         "level": "layer",
@@ -250,6 +254,7 @@ def bench_layer_case(
         # checked layer adds to a host-bound engine's step
         "host_launch_us": {arm: round(statistics.median(v), 1) for arm, v in host_samples.items()},
         "checked_step_python_us": python_profile,
+        "checked_step_stage_host_us": stages,
         **summarize(samples, decodes, checkers["1"].config.max_rows),
     }
     return result
@@ -310,6 +315,49 @@ def profile_python(step: Callable[[], object], calls: int, units: int, top: int 
 
     ours = [key for key in table if "vllm_gdn_invariant" in key[0]]
     return {"own_us": ranked(2, table), "package_cumulative_us": ranked(3, ours)}
+
+
+def stage_host_us(checker: checker_module.ShadowChecker, step: Callable[[], object], steps: int):
+    """Host wall time per checked step of each stage of a check (no profiler): the snapshot
+    (``prepare``: probe, draw, site, gathers), the reference, the compare's launches and its
+    transfer, and the record and metrics (``complete``, on the finishing thread); each stage
+    timed around its call, on whatever thread runs it."""
+    totals: dict[str, float] = {}
+
+    def timed(name: str, function: Callable) -> Callable:
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
+
+        return call
+
+    stats_of = timed("compare launches", compare_module.device_stats)
+
+    def start(pairs, valid=None):
+        return compare_module.start(pairs, valid, stats_of=stats_of)
+
+    cls = checker_module.ShadowChecker
+    with contextlib.ExitStack() as stack:
+        for owner, name, label in (
+            (cls, "prepare", "snapshot"),
+            (cls, "complete", "record and metrics (thread)"),
+            (checker_module, "golden_kernels_reference", "reference"),
+            (checker_module, "golden_reference", "reference"),
+        ):
+            stack.enter_context(mock.patch.object(owner, name, timed(label, getattr(owner, name))))
+        stack.enter_context(mock.patch.object(checker_module, "start", timed("compare", start)))
+        checker_module.install(checker)
+        sync()
+        begin = time.perf_counter()
+        for _ in range(steps):
+            step()
+        totals["step (serving thread)"] = time.perf_counter() - begin
+        finish(checker)
+        sync()
+    return {name: round(total / steps * 1e6, 1) for name, total in totals.items()}
 
 
 def bench_layer(args: argparse.Namespace, folder: Path) -> list[dict]:

@@ -26,6 +26,8 @@
 #   shadow-profile the shadow compare and reference GPU tests, then where a checked layer's
 #                 time goes and the overhead: the layer level, the engine (alone on the GPU),
 #                 then the shadow checker's layer GPU tests
+#   shadow-layer  the shadow overhead at the layer level alone (where a checked layer's host
+#                 time goes)
 #   checks        timing-free: the shadow engine check's mode off arm, its mode golden arm with
 #                 a float32 state, the mixed-step compositions in mode golden, and the GPU
 #                 kernel tests of batch-invariant mode and of mode golden; in parallel
@@ -119,6 +121,10 @@ case $stage in
     now pytest_shadow_layer_gpu 170 python -m pytest -q -p no:cacheprovider -rs \
       tests/gpu/test_shadow_gpu.py
     ;;
+  shadow-layer)
+    now bench_shadow_layer "$limit" python scripts/bench_shadow.py --steps 32 \
+      --out "$out/bench_shadow_layer_0.26.0.json"
+    ;;
   checks)
     job shadow_engine_off python scripts/shadow_engine_check.py --kv-cache-gib 4 \
       --arms off --out "$out/shadow_engine_off_0.26.0.json"
@@ -130,7 +136,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac

@@ -29,12 +29,14 @@ processes. Two ways bring them there:
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
@@ -52,6 +54,16 @@ PREFIX = "gdn_invariant_shadow"
 def multiprocess_mode() -> bool:
     """Whether prometheus_client runs in multiprocess mode in this process."""
     return bool(os.environ.get(MULTIPROC_ENV))
+
+
+@dataclass
+class CheckSeries:
+    """The labelled series one kind of check (layer, reference, provider, step kind) adds to."""
+
+    checks: Counter
+    rows: Counter
+    max_ulp: dict[str, Histogram]
+    with_difference: dict[str, Counter] = dataclasses.field(default_factory=dict)
 
 
 class ShadowMetrics:
@@ -95,6 +107,7 @@ class ShadowMetrics:
             registry=self.registry,
         )
         self._exporter = None if export_dir is None else FileExporter(self.registry, export_dir)
+        self._series: dict[tuple[str, str, str, str], CheckSeries] = {}
 
     def observe_check(
         self,
@@ -107,12 +120,25 @@ class ShadowMetrics:
         max_ulp: dict[str, int],
         differing: dict[str, int],
     ) -> None:
-        self.checks.labels(layer, reference, provider, step_kind).inc()
-        self.rows.labels(layer, reference).inc(rows)
+        key = (layer, reference, provider, step_kind)
+        series = self._series.get(key)
+        if series is None:  # labels() validates its values each call: look them up once
+            series = CheckSeries(
+                checks=self.checks.labels(layer, reference, provider, step_kind),
+                rows=self.rows.labels(layer, reference),
+                max_ulp={f: self.max_ulp.labels(layer, reference, f) for f in max_ulp},
+            )
+            self._series[key] = series
+        series.checks.inc()
+        series.rows.inc(rows)
         for field, ulp in max_ulp.items():
-            self.max_ulp.labels(layer, reference, field).observe(ulp)
-            if differing[field]:
-                self.with_difference.labels(layer, reference, field).inc()
+            series.max_ulp[field].observe(ulp)
+            if differing[field]:  # a field's series appears with its first difference
+                counter = series.with_difference.get(field)
+                if counter is None:
+                    counter = self.with_difference.labels(layer, reference, field)
+                    series.with_difference[field] = counter
+                counter.inc()
         self._changed()
 
     def observe_failure(self, stage: str) -> None:
