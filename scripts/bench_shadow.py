@@ -27,7 +27,8 @@ rate. The step time is the round's wall time over the tokens per request. CUDA g
 decode-only steps in FULL graphs never run the Python hook, so the engine runs with
 ``cudagraph_mode=PIECEWISE`` (``--eager``: no graphs). After the rounds, one more ``generate``
 with shadow off and one at 1.0 run under cProfile (``step_python_us``: the serving thread's
-Python time per step by function).
+Python time per step by function), and one of each under torch.profiler (``step_profile``:
+host wall and device kernel time per step, the ops with most self time).
 
 Compare level (``--compare``): the statistics of one checked layer's three fields (64 rows,
 Qwen3-Next heads, fp32 and bf16 state) by compare.py's torch ops against compare_kernel.py's
@@ -263,9 +264,10 @@ def bench_layer_case(
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 
 
-def profile_step(step: Callable[[], object], top: int = 8) -> dict:
-    """Where one step's time goes (torch.profiler): host wall time, device kernel time,
-    kernel launches, host-device synchronizations, and the ops with most self time."""
+def profile_step(step: Callable[[], object], top: int = 8, units: int = 1) -> dict:
+    """Where one call's time goes (torch.profiler): host wall time, device kernel time,
+    kernel launches, host-device synchronizations, and the ops with most self time; all per
+    unit (``units`` steps in the call)."""
     sync()
     activities = [ProfilerActivity.CPU] + (
         [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
@@ -281,15 +283,18 @@ def profile_step(step: Callable[[], object], top: int = 8) -> dict:
     by_device = sorted(table, key=lambda e: -e.self_device_time_total)[:top]
     by_host = sorted(table, key=lambda e: -e.self_cpu_time_total)[:top]
     return {
-        "host_wall_us": round(wall_us, 1),
-        "device_kernel_us": round(sum(e.time_range.elapsed_us() for e in kernels), 1),
-        "device_kernels": len(kernels),
-        "host_syncs": sum(1 for e in events if e.name in SYNC_CALLS),
-        "device_to_host_copies": sum(
-            1 for e in events if e.name.startswith("Memcpy DtoH") or "DtoH" in e.name
+        "host_wall_us": round(wall_us / units, 1),
+        "device_kernel_us": round(sum(e.time_range.elapsed_us() for e in kernels) / units, 1),
+        "device_kernels": round(len(kernels) / units, 1),
+        "host_syncs": round(sum(1 for e in events if e.name in SYNC_CALLS) / units, 2),
+        "device_to_host_copies": round(
+            sum(1 for e in events if e.name.startswith("Memcpy DtoH") or "DtoH" in e.name) / units,
+            2,
         ),
-        "top_device_ops_us": {e.key[:80]: round(e.self_device_time_total, 1) for e in by_device},
-        "top_host_ops_us": {e.key[:80]: round(e.self_cpu_time_total, 1) for e in by_host},
+        "top_device_ops_us": {
+            e.key[:80]: round(e.self_device_time_total / units, 1) for e in by_device
+        },
+        "top_host_ops_us": {e.key[:80]: round(e.self_cpu_time_total / units, 1) for e in by_host},
     }
 
 
@@ -462,10 +467,19 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
         "failures": {arm: dict(c.stats.failures) for arm, c in checkers.items()},
         **summarize(samples, args.batch, checkers["1"].config.max_rows),
     }
-    # after the timed rounds and their records: one generate per arm under cProfile
-    result["step_python_us"] = {
-        arm: profile_python(lambda arm=arm: run(arm), 1, args.max_tokens) for arm in ("off", "1")
-    }
+    # after the timed rounds and their records: one generate per arm under cProfile, one
+    # under torch.profiler (per step: is the host or the device the bottleneck)
+    try:
+        result["step_python_us"] = {
+            arm: profile_python(lambda arm=arm: run(arm), 1, args.max_tokens)
+            for arm in ("off", "1")
+        }
+        result["step_profile"] = {
+            arm: profile_step(lambda arm=arm: run(arm), top=12, units=args.max_tokens)
+            for arm in ("off", "1")
+        }
+    except Exception as exc:  # noqa: BLE001 - the timed rounds stand without the profiles
+        result["profile_error"] = repr(exc)
     print_result(result)
     return [result]
 
