@@ -339,10 +339,10 @@ def stage_host_us(checker: checker_module.ShadowChecker, step: Callable[[], obje
 
         return call
 
-    stats_of = timed("compare launches", compare_module.device_stats)
+    fields_stats = timed("compare launches", compare_module.all_device_stats)
 
     def start(pairs, valid=None):
-        return compare_module.start(pairs, valid, stats_of=stats_of)
+        return compare_module.start(pairs, valid, fields_stats=fields_stats)
 
     cls = checker_module.ShadowChecker
     with contextlib.ExitStack() as stack:
@@ -512,20 +512,20 @@ def bench_compare(args: argparse.Namespace) -> list[dict]:
     """compare.py's statistics for one checked layer: the torch ops against the one-pass
     kernel (compare_kernel.py), rounds alternating, each timing ``--steps`` checks' compares
     with their host transfer; the two must give the same statistics."""
-    from vllm_gdn_invariant.shadow.compare import device_stats, summarize, torch_stats
+    from vllm_gdn_invariant.shadow.compare import all_device_stats, all_torch_stats, summarize
 
     if not torch.cuda.is_available():
         raise SystemExit("bench_shadow: --compare needs CUDA")
     results = []
     for state_dtype in (torch.float32, torch.bfloat16):
         fields = check_fields(state_dtype)
-        arms = {"torch": torch_stats, "fused": device_stats}
+        arms = {"torch": all_torch_stats, "fused": all_device_stats}
 
         def run(stats, fields: dict = fields) -> tuple[float, dict]:
             sync()
             start = time.perf_counter()
             for _ in range(args.steps):
-                values = summarize(fields, stats_of=stats)
+                values = summarize(fields, fields_stats=stats)
             return (time.perf_counter() - start) / args.steps * 1e6, values
 
         answers = {arm: run(fn)[1] for arm, fn in arms.items()}  # warm-up: compiles

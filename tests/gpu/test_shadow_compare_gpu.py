@@ -8,8 +8,14 @@ import pytest
 import torch
 
 from tests.shadow.pairs import pair
-from vllm_gdn_invariant.shadow.compare import STATS_WIDTH, FieldPair, device_stats, torch_stats
-from vllm_gdn_invariant.shadow.compare_kernel import BLOCK
+from vllm_gdn_invariant.shadow.compare import (
+    STATS_WIDTH,
+    FieldPair,
+    all_device_stats,
+    device_stats,
+    torch_stats,
+)
+from vllm_gdn_invariant.shadow.compare_kernel import BLOCK, three_fields_apply
 
 pytestmark = [
     pytest.mark.gpu,
@@ -58,3 +64,33 @@ def test_rows_read_in_place_with_an_inactive_row_equal_the_torch_ops(dtype):
     assert fused == row(torch_stats, field, valid)
     assert fused == row(torch_stats, on_cpu(field), valid.cpu())
     assert fused[10] == 3 and fused[0] > 0  # three rows compared, with differences
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_three_fields_in_one_launch_equal_the_torch_ops_on_cuda(state_dtype):
+    """A check of Qwen3-Next's heads (64 rows): output by position, recurrent and conv state
+    by block from strided caches, one inactive row; the one launch gives each field's torch
+    row."""
+    g = torch.Generator().manual_seed(11)
+    positions = torch.randperm(64, generator=g)
+    blocks = torch.randperm(100, generator=g)[:64].to(torch.int32) + 1
+    blocks[5] = 0  # inactive
+    valid = blocks > 0
+    fields = []
+    for dtype, rows, shape in (
+        (torch.bfloat16, positions, (64, 32, 128)),
+        (state_dtype, blocks, (101, 32, 128, 128)),
+        (torch.bfloat16, blocks, (101, 8192, 3)),
+    ):
+        cache = torch.randn(shape[0], 2 * torch.Size(shape[1:]).numel(), generator=g)
+        served = cache.to(dtype)[:, : torch.Size(shape[1:]).numel()].view(shape).cuda()
+        reference = served.index_select(0, rows.cuda()).clone()
+        bits = reference.view(torch.int16 if dtype == torch.bfloat16 else torch.int32)
+        bits.view(64, -1)[:, ::97] += 2
+        fields.append(FieldPair(served, reference, rows.cuda()))
+    assert three_fields_apply([(p.served, p.reference, p.rows) for p in fields])
+    out = torch.zeros(3, STATS_WIDTH, dtype=torch.int64, device="cuda")
+    all_device_stats(fields, out, valid.cuda())
+    for f, field in enumerate(fields):
+        assert out[f].tolist() == row(torch_stats, field, valid.cuda()), f
+        assert out[f, 10] == 63 and out[f, 0] > 0

@@ -38,7 +38,7 @@ def snapshot_case(
     """``(snapshot, golden params)`` of ``rows`` decode rows (a window starting at the
     second of ``rows + 2``) over random caches, ``heads`` = (H, HV, K, V), conv width 4."""
     from vllm_gdn_invariant.shadow.reference import GoldenParams
-    from vllm_gdn_invariant.shadow.snapshot import take_snapshot, window
+    from vllm_gdn_invariant.shadow.snapshot import take_snapshot
 
     h, hv, k, v = heads
     dim, width, num_rows = 2 * h * k + hv * v, 4, rows + 2
@@ -53,7 +53,8 @@ def snapshot_case(
     mixed_qkv, b, a = randn(num_rows, dim), randn(num_rows, hv), randn(num_rows, hv)
     state_indices = (torch.randperm(blocks - 1, generator=g)[:num_rows] + 1).to(torch.int32)
     snapshot = take_snapshot(
-        window(1, rows, num_rows, torch.device(device)),
+        1,
+        rows,
         state_indices.to(device),
         conv_cache,
         ssm_cache,

@@ -102,6 +102,53 @@ def test_served_rows_are_read_in_place_and_invalid_rows_left_out(kernel):
     assert everything.rows == 3 and everything.differing == 257
 
 
+def three_fields(seed: int):
+    """A check's three fields of 3 rows, the served ones read in place by index from strided
+    caches: output bf16 by position, recurrent state fp32 and conv state bf16 by block; rows
+    0 and 2 of each differ (one NaN mismatch in the state)."""
+    g = torch.Generator().manual_seed(seed)
+    positions = torch.tensor([2, 0, 1], dtype=torch.int64)
+    blocks = torch.tensor([4, 1, 3], dtype=torch.int32)
+    fields = []
+    for dtype, rows, shape in (
+        (torch.bfloat16, positions, (3, 2, 40)),
+        (torch.float32, blocks, (6, 2, 3000)),
+        (torch.bfloat16, blocks, (6, 2, 700)),
+    ):
+        served = torch.randn(*shape, generator=g).to(dtype)[:, 0]  # rows apart by two
+        reference = served.index_select(0, rows).clone()
+        reference[0, 5] = reference[0, 5] * 2 + 1
+        reference[2, -1] = -reference[2, -1] - 1
+        fields.append((served, reference, rows))
+    fields[1][1][2, 3] = float("nan")
+    return fields
+
+
+@pytest.mark.parametrize("valid", [None, torch.tensor([True, False, True])], ids=["all", "mask"])
+def test_three_fields_in_one_launch_write_the_rows_of_one_field_at_a_time(kernel, valid):
+    fields = three_fields(7)
+    assert kernel.three_fields_apply(fields)
+    grid, _, constexprs = kernel.three_fields_arguments(fields, torch.zeros(3, 11), valid)
+    assert grid[1] == max(constexprs[f"SPLIT{f}"] for f in range(3)) > constexprs["SPLIT0"]
+    together = torch.zeros(3, kernel.STATS_WIDTH, dtype=torch.int64)
+    kernel.three_fields_stats(fields, together, valid)
+    for f, (served, reference, rows) in enumerate(fields):
+        alone = torch.zeros(kernel.STATS_WIDTH, dtype=torch.int64)
+        kernel.field_stats(served, reference, alone, rows, valid)
+        assert together[f].tolist() == alone.tolist(), f
+        assert alone[0] > 0  # every field differs somewhere: a swapped row would show
+    assert len({tuple(r) for r in together.tolist()}) == 3
+
+
+def test_three_fields_of_different_rows_are_refused(kernel):
+    fields = three_fields(8)
+    served, reference, rows = fields[2]
+    fields[2] = (served, reference[:2], rows[:2])
+    with pytest.raises(ValueError, match="same rows"):
+        kernel.three_fields_stats(fields, torch.zeros(3, kernel.STATS_WIDTH, dtype=torch.int64))
+    assert not kernel.three_fields_apply(fields[:2])
+
+
 def test_other_dtypes_and_shapes_are_refused(kernel):
     x = torch.randn(8, 4)
     assert kernel.fused_applies(x, x.clone())
@@ -132,4 +179,38 @@ def test_the_kernel_compiles_for_sm90_without_spills(dtype):
     kernel = codegen.compile_kernel(compiled.rows_stats_kernel, arguments, constexprs, 4, 90, False)
     sass = codegen.sass_of(kernel.asm["cubin"])
     assert "rows_stats_kernel" in sass
+    assert not re.search(r"\b(?:LDL|STL)\b", sass)  # no local memory: no register spills
+
+
+@pytest.mark.skipif(not codegen.nvidia_tool("ptxas").exists(), reason="no ptxas in Triton")
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_the_three_fields_kernel_compiles_for_sm90_without_spills(state_dtype):
+    """A check of Qwen3-Next's heads: output, recurrent state and conv state of 64 rows."""
+    heads, dim = (32, 128, 128), 2 * 16 * 128 + 32 * 128
+    fields = [
+        (
+            codegen.meta((64, 32, 128), torch.bfloat16),
+            codegen.meta((64, 32, 128), torch.bfloat16),
+            codegen.meta((64,), torch.int64),
+        ),
+        (
+            codegen.meta((1000, *heads), state_dtype),
+            codegen.meta((64, *heads), state_dtype),
+            codegen.meta((64,), torch.int32),
+        ),
+        (
+            codegen.meta((1000, dim, 3), torch.bfloat16),
+            codegen.meta((64, dim, 3), torch.bfloat16),
+            codegen.meta((64,), torch.int32),
+        ),
+    ]
+    out = codegen.meta((3, compiled.STATS_WIDTH), torch.int64)
+    valid = codegen.meta((64,), torch.int8)
+    grid, arguments, constexprs = compiled.three_fields_arguments(fields, out, valid)
+    assert grid[2] == 3 and grid[1] == constexprs["SPLIT1"] > constexprs["SPLIT0"]
+    kernel = codegen.compile_kernel(
+        compiled.three_fields_stats_kernel, arguments, constexprs, 4, 90, False
+    )
+    sass = codegen.sass_of(kernel.asm["cubin"])
+    assert "three_fields_stats_kernel" in sass
     assert not re.search(r"\b(?:LDL|STL)\b", sass)  # no local memory: no register spills

@@ -17,10 +17,14 @@ FIELDS = ("output", "recurrent_state", "conv_state")
 
 
 class Arrival:
-    """An event stand-in: ``synchronize`` returns once ``arrived`` is set."""
+    """An event stand-in: ``query`` is True and ``synchronize`` returns once ``arrived`` is
+    set."""
 
     def __init__(self) -> None:
         self.arrived = threading.Event()
+
+    def query(self) -> bool:
+        return self.arrived.is_set()
 
     def synchronize(self) -> None:
         self.arrived.wait()

@@ -44,6 +44,7 @@ TRITON_TYPES = {
     torch.bfloat16: "bf16",
     torch.float16: "fp16",
     torch.int8: "i8",
+    torch.bool: "i1",
     torch.int16: "i16",
     torch.int32: "i32",
     torch.int64: "i64",

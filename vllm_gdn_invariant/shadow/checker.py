@@ -60,7 +60,7 @@ from vllm_gdn_invariant.shadow.reference import (
     golden_reference,
 )
 from vllm_gdn_invariant.shadow.sampling import RowSampler
-from vllm_gdn_invariant.shadow.snapshot import Snapshot, SnapshotSize, take_snapshot, window
+from vllm_gdn_invariant.shadow.snapshot import Snapshot, SnapshotSize, take_snapshot
 
 try:
     from vllm.logger import init_logger
@@ -228,9 +228,9 @@ class ShadowChecker:
         if draw is None:
             return None
         site = make_site(found)
-        rows = window(draw.start, min(limit, num_decodes), num_decodes, mixed_qkv.device)
         snapshot = take_snapshot(
-            rows,
+            draw.start,
+            min(limit, num_decodes),
             state_indices[:num_decodes],
             site.conv_cache,
             site.ssm_cache,

@@ -26,7 +26,13 @@ import torch
 from torch import Tensor
 
 from vllm_gdn_invariant.shadow.bits import ULP_BUCKET_UPPER, ULP_BUCKETS, raw_bits, ulp_distance
-from vllm_gdn_invariant.shadow.compare_kernel import STATS_WIDTH, field_stats, fused_applies
+from vllm_gdn_invariant.shadow.compare_kernel import (
+    STATS_WIDTH,
+    field_stats,
+    fused_applies,
+    three_fields_apply,
+    three_fields_stats,
+)
 from vllm_gdn_invariant.shadow.record import FIELDS
 
 INT64_MAX = torch.iinfo(torch.int64).max
@@ -37,6 +43,8 @@ __all__ = [
     "FieldPair",
     "FieldStats",
     "PendingStats",
+    "all_device_stats",
+    "all_torch_stats",
     "at_most_by_bincount",
     "at_most_by_bounds",
     "device_stats",
@@ -171,7 +179,25 @@ def device_stats(pair: FieldPair, out: Tensor, valid: Tensor | None = None) -> N
         torch_stats(pair, out, valid)
 
 
-StatsOf = Callable[[FieldPair, Tensor, "Tensor | None"], None]
+def all_torch_stats(pairs: list[FieldPair], out: Tensor, valid: Tensor | None = None) -> None:
+    """Each field's row of ``out`` (``[len(pairs), STATS_WIDTH]``) by :func:`torch_stats`."""
+    for pair, row in zip(pairs, out, strict=True):
+        torch_stats(pair, row, valid)
+
+
+def all_device_stats(pairs: list[FieldPair], out: Tensor, valid: Tensor | None = None) -> None:
+    """Each field's row of ``out`` (zeros) on the fields' device: three fields the one pass
+    takes in one launch (compare_kernel.py's ``three_fields_stats``), else field by field
+    (:func:`device_stats`)."""
+    triples = [(p.served, p.reference, p.rows) for p in pairs]
+    if out.is_cuda and three_fields_apply(triples):
+        three_fields_stats(triples, out, valid)
+        return
+    for pair, row in zip(pairs, out, strict=True):
+        device_stats(pair, row, valid)
+
+
+FieldsStats = Callable[[list[FieldPair], Tensor, "Tensor | None"], None]
 
 
 @dataclass
@@ -190,7 +216,8 @@ class PendingStats:
             self.event.synchronize()
 
     def result(self) -> dict[str, FieldStats]:
-        if self.event is not None:
+        """The statistics (waits for them unless :meth:`wait` did)."""
+        if self.event is not None and not self.event.query():
             self.event.synchronize()
         rows = self.host.tolist()
         return {
@@ -206,19 +233,18 @@ def as_pair(value: FieldPair | tuple[Tensor, Tensor]) -> FieldPair:
 def start(
     pairs: Mapping[str, FieldPair | tuple[Tensor, Tensor]],
     valid: Tensor | None = None,
-    stats_of: StatsOf = device_stats,
+    fields_stats: FieldsStats = all_device_stats,
 ) -> PendingStats:
     """Launch the statistics of every field and their transfer to the host; on CUDA nothing
     waits for the device (the transfer goes to pinned memory behind an event)."""
-    fields = {name: as_pair(value) for name, value in pairs.items()}
-    names = list(fields)
+    fields = [as_pair(value) for value in pairs.values()]
+    names = list(pairs)
     if not names:
         raise ValueError("no field to compare")
-    device = fields[names[0]].reference.device
+    device = fields[0].reference.device
     rows = torch.zeros((len(names), STATS_WIDTH), dtype=torch.int64, device=device)
-    for row, name in zip(rows, names, strict=True):
-        stats_of(fields[name], row, valid)
-    elements = [fields[name].row_elements for name in names]
+    fields_stats(fields, rows, valid)
+    elements = [pair.row_elements for pair in fields]
     if device.type != "cuda":
         return PendingStats(names, elements, rows, None)
     host = torch.empty(rows.shape, dtype=torch.int64, pin_memory=True)
@@ -231,10 +257,10 @@ def start(
 def summarize(
     pairs: Mapping[str, FieldPair | tuple[Tensor, Tensor]],
     valid: Tensor | None = None,
-    stats_of: StatsOf = device_stats,
+    fields_stats: FieldsStats = all_device_stats,
 ) -> dict[str, FieldStats]:
     """``{field: FieldPair or (served, reference)}`` -> ``{field: FieldStats}``, waiting for
-    the one host transfer; ``stats_of`` writes each field's row on its device
-    (:func:`device_stats`, or :func:`torch_stats` to time the torch ops against the one
-    pass)."""
-    return start(pairs, valid, stats_of).result()
+    the one host transfer; ``fields_stats`` writes the fields' rows on their device
+    (:func:`all_device_stats`, or :func:`all_torch_stats` to time the torch ops against the
+    one pass)."""
+    return start(pairs, valid, fields_stats).result()

@@ -91,8 +91,175 @@ def rows_stats_kernel(
     SPLIT: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
+    """One field: grid ``(m, SPLIT)``."""
+    row_stats(
+        a_ptr,
+        a_rows_ptr,
+        a_row_stride,
+        b_ptr,
+        valid_ptr,
+        row_elements,
+        out_ptr,
+        tl.program_id(0),
+        tl.program_id(1),
+        EXPONENT,
+        WIDTH,
+        U0,
+        U1,
+        U2,
+        U3,
+        U4,
+        U5,
+        INDEXED,
+        SPLIT,
+        BLOCK,
+    )
+
+
+@triton.jit
+def three_fields_stats_kernel(
+    a0_ptr,
+    a0_rows_ptr,
+    a0_row_stride,
+    b0_ptr,
+    row_elements0,
+    a1_ptr,
+    a1_rows_ptr,
+    a1_row_stride,
+    b1_ptr,
+    row_elements1,
+    a2_ptr,
+    a2_rows_ptr,
+    a2_row_stride,
+    b2_ptr,
+    row_elements2,
+    valid_ptr,
+    out_ptr,
+    EXPONENT0: tl.constexpr,
+    WIDTH0: tl.constexpr,
+    INDEXED0: tl.constexpr,
+    SPLIT0: tl.constexpr,
+    EXPONENT1: tl.constexpr,
+    WIDTH1: tl.constexpr,
+    INDEXED1: tl.constexpr,
+    SPLIT1: tl.constexpr,
+    EXPONENT2: tl.constexpr,
+    WIDTH2: tl.constexpr,
+    INDEXED2: tl.constexpr,
+    SPLIT2: tl.constexpr,
+    U0: tl.constexpr,
+    U1: tl.constexpr,
+    U2: tl.constexpr,
+    U3: tl.constexpr,
+    U4: tl.constexpr,
+    U5: tl.constexpr,
+    ROW: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Three fields of the same rows in one launch: grid ``(m, max SPLIT, 3)``, field ``f``
+    into row ``f`` of ``out`` (``ROW`` = ``STATS_WIDTH`` values each); a field's programs
+    beyond its ``SPLIT`` do nothing."""
     row = tl.program_id(0)
     part = tl.program_id(1)
+    field = tl.program_id(2)
+    if field == 0:
+        if part < SPLIT0:
+            row_stats(
+                a0_ptr,
+                a0_rows_ptr,
+                a0_row_stride,
+                b0_ptr,
+                valid_ptr,
+                row_elements0,
+                out_ptr,
+                row,
+                part,
+                EXPONENT0,
+                WIDTH0,
+                U0,
+                U1,
+                U2,
+                U3,
+                U4,
+                U5,
+                INDEXED0,
+                SPLIT0,
+                BLOCK,
+            )
+    elif field == 1:
+        if part < SPLIT1:
+            row_stats(
+                a1_ptr,
+                a1_rows_ptr,
+                a1_row_stride,
+                b1_ptr,
+                valid_ptr,
+                row_elements1,
+                out_ptr + ROW,
+                row,
+                part,
+                EXPONENT1,
+                WIDTH1,
+                U0,
+                U1,
+                U2,
+                U3,
+                U4,
+                U5,
+                INDEXED1,
+                SPLIT1,
+                BLOCK,
+            )
+    else:
+        if part < SPLIT2:
+            row_stats(
+                a2_ptr,
+                a2_rows_ptr,
+                a2_row_stride,
+                b2_ptr,
+                valid_ptr,
+                row_elements2,
+                out_ptr + 2 * ROW,
+                row,
+                part,
+                EXPONENT2,
+                WIDTH2,
+                U0,
+                U1,
+                U2,
+                U3,
+                U4,
+                U5,
+                INDEXED2,
+                SPLIT2,
+                BLOCK,
+            )
+
+
+@triton.jit
+def row_stats(
+    a_ptr,
+    a_rows_ptr,
+    a_row_stride,
+    b_ptr,
+    valid_ptr,
+    row_elements,
+    out_ptr,
+    row,
+    part,
+    EXPONENT: tl.constexpr,
+    WIDTH: tl.constexpr,
+    U0: tl.constexpr,
+    U1: tl.constexpr,
+    U2: tl.constexpr,
+    U3: tl.constexpr,
+    U4: tl.constexpr,
+    U5: tl.constexpr,
+    INDEXED: tl.constexpr,
+    SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Program ``(row, part)`` of one field: adds into ``out_ptr[0:STATS_WIDTH]``."""
     valid = tl.load(valid_ptr + row).to(tl.int32) != 0
     limit = tl.where(valid, row_elements, 0)  # an invalid row reads nothing
     if INDEXED:
@@ -244,3 +411,48 @@ def field_stats(
     arguments, constexprs = kernel_arguments(served, reference, out, rows, valid)
     grid = (m, constexprs["SPLIT"])
     rows_stats_kernel[grid](*arguments, **constexprs)
+
+
+def three_fields_apply(pairs: list[tuple[Tensor, Tensor, Tensor | None]]) -> bool:
+    """Whether :func:`three_fields_stats` takes ``(served, reference, rows)`` x 3."""
+    return len(pairs) == 3 and all(fused_applies(*pair) for pair in pairs)
+
+
+def three_fields_arguments(
+    pairs: list[tuple[Tensor, Tensor, Tensor | None]], out: Tensor, valid: Tensor
+) -> tuple[tuple[int, int, int], tuple, dict[str, int]]:
+    """(grid, positional arguments, constexprs) of ``three_fields_stats_kernel``."""
+    arguments: list = []
+    constexprs: dict[str, int] = {}
+    for f, (served, reference, rows) in enumerate(pairs):
+        (a, a_rows, stride, b, _, elements, _), one = kernel_arguments(
+            served, reference, out, rows, valid
+        )
+        arguments += [a, a_rows, stride, b, elements]
+        for name in ("EXPONENT", "WIDTH", "INDEXED", "SPLIT"):
+            constexprs[f"{name}{f}"] = one[name]
+    bounds = {f"U{i}": upper for i, upper in enumerate(ULP_BUCKET_UPPER)}
+    constexprs |= bounds | {"ROW": STATS_WIDTH, "BLOCK": BLOCK}
+    split = max(constexprs[f"SPLIT{f}"] for f in range(3))
+    return (pairs[0][1].size(0), split, 3), (*arguments, valid, out), constexprs
+
+
+def three_fields_stats(
+    pairs: list[tuple[Tensor, Tensor, Tensor | None]], out: Tensor, valid: Tensor | None = None
+) -> None:
+    """:func:`field_stats` of three fields of the same ``m`` rows, ``(served, reference,
+    rows)`` each, into rows 0, 1, 2 of ``out`` (int64 ``[3, STATS_WIDTH]``, zeros), one
+    launch."""
+    if not three_fields_apply(pairs):
+        raise ValueError("three_fields_stats takes three fields that field_stats takes")
+    m = pairs[0][1].size(0)
+    if any(reference.size(0) != m for _, reference, _ in pairs):
+        raise ValueError("the three fields must have the same rows")
+    if out.dtype != torch.int64 or out.shape != (3, STATS_WIDTH) or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous int64 [3, {STATS_WIDTH}]")
+    if valid is None:
+        valid = torch.ones(m, dtype=torch.int8, device=out.device)
+    elif valid.dtype == torch.bool:
+        valid = valid.view(torch.int8)
+    grid, arguments, constexprs = three_fields_arguments(pairs, out, valid)
+    three_fields_stats_kernel[grid](*arguments, **constexprs)

@@ -6,10 +6,10 @@ conv, ``b``, ``a``) and copies of their conv and recurrent state blocks exactly 
 stores them (storage layout: whatever transposition the serving path uses is applied only when
 a reference reads them). The blocks are copied into scratch caches of ``m + 1`` blocks, block 0
 a zero null block and row ``i`` in block ``i + 1``, the shape the references run on
-(reference.py). Taking it launches a handful of gathers and never waits for the device: the
-row positions are a window built on the device, and rows whose index marks them inactive
-(<= 0, the goldens' contract) are gathered from block 0 and left out of the comparison
-(compare.py).
+(reference.py). Taking it never waits for the device: on CUDA it is one launch of
+snapshot_kernel.py (positions, indices and copies), elsewhere a handful of torch gathers over
+a window of positions built on the device. Rows whose index marks them inactive (<= 0, the
+goldens' contract) are gathered from block 0 and left out of the comparison (compare.py).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
+
+from vllm_gdn_invariant.shadow.snapshot_kernel import copy_window, kernel_applies
 
 POSITION_BYTES = 8 + 1  # a row's position (int64) and whether it is active (bool)
 
@@ -108,7 +110,8 @@ def gather_blocks(cache: Tensor, blocks: Tensor) -> Tensor:
 
 
 def take_snapshot(
-    rows: Tensor,
+    start: int,
+    count: int,
     state_indices: Tensor,
     conv_cache: Tensor,
     ssm_cache: Tensor,
@@ -116,8 +119,37 @@ def take_snapshot(
     b: Tensor,
     a: Tensor,
 ) -> Snapshot:
-    """Copy the inputs and state blocks of decode rows ``rows`` (positions; decode row ``i``
-    owns ``state_indices[i]``). Inactive indices are gathered from block 0 and dropped later."""
+    """Copy the inputs and state blocks of the decode rows at positions ``start, start + 1,
+    ...`` (``count`` of them, modulo ``len(state_indices)``, the step's decode rows; decode row
+    ``i`` owns ``state_indices[i]``). Inactive indices are gathered from block 0 and dropped
+    later. On CUDA one launch of snapshot_kernel.py, else torch gathers (the same bits)."""
+    sources = (mixed_qkv, b, a, conv_cache, ssm_cache)
+    if mixed_qkv.is_cuda and kernel_applies(*sources):
+        return snapshot_by_kernel(start, count, state_indices, sources)
+    return snapshot_by_torch(start, count, state_indices, sources)
+
+
+Sources = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # mixed_qkv, b, a, conv, ssm caches
+
+
+def snapshot_by_kernel(start: int, count: int, state_indices: Tensor, sources: Sources):
+    """:func:`take_snapshot` by snapshot_kernel.py's one launch."""
+    device = state_indices.device
+    copies = tuple(
+        torch.empty((count + (i >= 3), *t.shape[1:]), dtype=t.dtype, device=device)
+        for i, t in enumerate(sources)
+    )
+    rows = torch.empty(count, dtype=torch.int64, device=device)
+    blocks = torch.empty(count, dtype=state_indices.dtype, device=device)
+    active = torch.empty(count, dtype=torch.bool, device=device)
+    copy_window(start, count, state_indices, sources, rows, blocks, active, copies)
+    return Snapshot(rows, blocks, active, *copies)
+
+
+def snapshot_by_torch(start: int, count: int, state_indices: Tensor, sources: Sources):
+    """:func:`take_snapshot` by torch gathers."""
+    mixed_qkv, b, a, conv_cache, ssm_cache = sources
+    rows = window(start, count, state_indices.numel(), mixed_qkv.device)
     indices = state_indices.index_select(0, rows)
     blocks = indices.clamp(min=0)
     return Snapshot(
