@@ -1,14 +1,18 @@
-"""Checks whose statistics are still on their way (CUDA) are finished on the checker's thread:
-records and counts appear once the statistics arrive, ``drain`` waits for them, and a failure
-there is counted like any other. An event stand-in plays the CUDA event."""
+"""Checks whose statistics are still on their way (CUDA) are finished once they arrive: by the
+serving thread at the start of a step (never waiting), by the checker's thread when the hooks
+are idle, by ``drain``; in launch order, and a failure there is counted like any other. An
+event stand-in plays the CUDA event."""
 
 from __future__ import annotations
 
 import threading
+import time
+from types import SimpleNamespace
 
 import torch
 
-from vllm_gdn_invariant.shadow.checker import InFlight
+from vllm_gdn_invariant.shadow import checker as checker_module
+from vllm_gdn_invariant.shadow.checker import InFlight, Probe
 from vllm_gdn_invariant.shadow.compare import STATS_WIDTH, PendingStats
 
 from .helpers import make_checker, records
@@ -81,7 +85,7 @@ def test_checks_are_finished_in_launch_order(tmp_path):
     assert [r["step"] for r in records(checker)] == [0, 1, 2]
 
 
-def test_a_failure_on_the_thread_is_counted_and_the_thread_goes_on(tmp_path):
+def test_a_failure_while_finishing_is_counted_and_the_rest_are_finished(tmp_path):
     checker = make_checker(tmp_path, "1.0")
     broken, fine = Arrival(), Arrival()
     bad = in_flight(broken)
@@ -94,3 +98,37 @@ def test_a_failure_on_the_thread_is_counted_and_the_thread_goes_on(tmp_path):
     assert checker.stats.failures == {"compare": 1} and checker.stats.checks == 1
     kinds = [r["kind"] for r in records(checker)]
     assert kinds == ["failure", "check"]
+
+
+def test_a_new_step_finishes_the_arrived_checks_in_order_without_waiting(tmp_path, monkeypatch):
+    monkeypatch.setattr(checker_module, "IDLE_S", 60.0)  # the idle thread stays out of it
+    checker = make_checker(tmp_path, "1.0")
+    events = [Arrival() for _ in range(3)]
+    for i, event in enumerate(events):
+        check = in_flight(event)
+        check.record["step"] = i
+        checker.submit(check)
+    events[0].arrived.set()
+    events[2].arrived.set()  # behind check 1, still on its way
+    metadata = SimpleNamespace(num_decodes=0)  # a step with nothing to check
+
+    def step() -> None:
+        probe = Probe(object(), SimpleNamespace(prefix="model.layers.0.linear_attn"), metadata)
+        assert checker.prepare(lambda: probe, None, None, None, None) is None
+
+    step()
+    assert [r["step"] for r in records(checker)] == [0]
+    events[1].arrived.set()
+    step()
+    assert [r["step"] for r in records(checker)] == [0, 1, 2]
+
+
+def test_the_checkers_thread_finishes_arrived_checks_when_the_hooks_are_idle(tmp_path):
+    checker = make_checker(tmp_path, "1.0")
+    event = Arrival()
+    checker.submit(in_flight(event))
+    event.arrived.set()
+    deadline = time.monotonic() + 10
+    while not records(checker) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(records(checker)) == 1 and checker.stats.checks == 1

@@ -17,9 +17,12 @@ steps: caches and their storage layout, what serves the rows, how to call the re
    by the PyTorch goldens (:meth:`ShadowChecker.golden_impl`);
 4. once the statistics are on the host, writes one JSONL record per reference (record.py)
    and updates the metrics (metrics.py). On CUDA the serving thread does not wait for that:
-   the statistics travel to pinned memory behind an event and a daemon thread of the checker
-   finishes the check when they arrive (:meth:`ShadowChecker.drain` waits for every check
-   launched so far); on CPU step 4 follows at once.
+   the statistics travel to pinned memory behind an event, and the serving thread finishes
+   the checks whose statistics have arrived at the start of the next step (one thread
+   doing Python work at a time: a second one would take the GIL from it at every torch
+   call); a daemon thread finishes them when the hooks have been idle for ``IDLE_S``, and
+   :meth:`ShadowChecker.drain` waits for every check launched so far (also at exit); on CPU
+   step 4 follows at once.
 
 It never changes what is served: the serving call gets the same arguments and runs whatever
 happens in steps 1, 3 and 4. An exception in any of them is caught, counted by stage (metrics
@@ -28,10 +31,10 @@ and a JSONL failure record) and logged once per stage; the step goes on.
 
 from __future__ import annotations
 
+import collections
 import logging
 import multiprocessing.util
 import os
-import queue
 import threading
 import time
 from collections import Counter as Tally
@@ -71,7 +74,8 @@ logger = init_logger("vllm.gdn_invariant.shadow")
 
 STAGES = ("setup", "snapshot", "reference", "compare", "record", "metrics")
 MAX_IN_FLIGHT = 1024  # checks waiting for their statistics; the serving thread waits beyond
-POLL_S = 0.0002  # drain's wait between looks at the checks in flight
+POLL_S = 0.0002  # drain's wait between looks at the oldest check in flight
+IDLE_S = 0.05  # hooks idle this long: the daemon thread finishes the checks in flight
 EXIT_DRAIN_S = 10.0  # at process exit, wait this long at most for checks in flight
 
 
@@ -160,8 +164,11 @@ class ShadowChecker:
         self._logged: set[str] = set()
         self._sizes: dict[str, SnapshotSize] = {}  # by layer: a layer's shapes do not change
         self._lock = threading.Lock()  # stats and logging, shared with the finishing thread
-        self._queue: queue.Queue[InFlight] | None = None
-        self._worker_pid: int | None = None
+        self._in_flight: collections.deque[InFlight] = collections.deque()
+        self._finishing = threading.Lock()  # one finisher at a time: records in launch order
+        self._worker_pid: int | None = None  # the process that owns _in_flight
+        self._step_key: object | None = None
+        self._last_hook = time.monotonic()
 
     # the hook's entry point
 
@@ -178,6 +185,7 @@ class ShadowChecker:
         """Serve the step with ``serve()``; check the sampled rows around it. ``probe`` runs in
         every step, ``make_site`` only in checked ones."""
         pending = None
+        self._last_hook = time.monotonic()
         try:
             pending = self.prepare(probe, make_site, mixed_qkv, b, a)
         except Exception as exc:  # noqa: BLE001 - never fail the step
@@ -201,6 +209,9 @@ class ShadowChecker:
         found = probe()
         if found is None:
             return None
+        if found.step_key is not self._step_key:  # a new step: finish what has arrived
+            self._step_key = found.step_key
+            self.finish_arrived()
         metadata = found.attn_metadata
         num_decodes = metadata.num_decodes
         if (
@@ -352,51 +363,72 @@ class ShadowChecker:
         except Exception as exc:  # noqa: BLE001 - never fail the step
             self.failed(stage, exc)
 
-    # the finishing thread (CUDA)
+    # finishing checks whose statistics are on their way (CUDA)
 
     def submit(self, check: InFlight) -> None:
-        """Finish ``check`` on the checker's thread once its statistics are on the host."""
-        if self._queue is None or self._worker_pid != os.getpid():  # first use, or a fork
-            self._queue = queue.Queue()
+        """Keep ``check`` until its statistics are on the host: the serving thread finishes
+        the arrived ones at the start of each step (:meth:`finish_arrived`), a daemon thread
+        when the hooks have been idle for ``IDLE_S``, :meth:`drain` on demand and at exit."""
+        if self._worker_pid != os.getpid():  # first use, or a fork
+            self._in_flight = collections.deque()
+            self._finishing = threading.Lock()
             self._worker_pid = os.getpid()
             threading.Thread(
-                target=self._finish_forever,
-                args=(self._queue,),
-                name="gdn-invariant-shadow",
-                daemon=True,
+                target=self._finish_when_idle, name="gdn-invariant-shadow", daemon=True
             ).start()
             # runs at exit of the main process and of multiprocessing's children (vLLM's
             # engine core), which leave without atexit
             multiprocessing.util.Finalize(
                 None, self.drain, kwargs={"timeout": EXIT_DRAIN_S}, exitpriority=100
             )
-        if self._queue.qsize() >= MAX_IN_FLIGHT:
+        if len(self._in_flight) >= MAX_IN_FLIGHT:
             self.drain()
-        self._queue.put(check)
+        self._in_flight.append(check)
 
-    def _finish_forever(self, checks: queue.Queue[InFlight]) -> None:
+    def finish_arrived(self) -> None:
+        """Finish, in launch order, the checks whose statistics have arrived, without waiting
+        for any (the serving thread: no other thread then competes with it for the GIL)."""
+        if not self._in_flight or not self._finishing.acquire(blocking=False):
+            return
+        try:
+            while self._in_flight and self._arrived(self._in_flight[0]):
+                self.complete(self._in_flight.popleft())
+        finally:
+            self._finishing.release()
+
+    def _arrived(self, check: InFlight) -> bool:
+        try:
+            return check.stats.ready()
+        except Exception as exc:  # noqa: BLE001 - a broken check is dropped, counted
+            self._in_flight.remove(check)
+            self.failed("compare", exc)
+            return False
+
+    def _finish_when_idle(self) -> None:
         while True:
-            check = checks.get()
-            try:
-                check.stats.wait()
-                self.complete(check)
-            except Exception as exc:  # noqa: BLE001 - the thread must go on
-                self.failed("compare", exc)
-            finally:
-                checks.task_done()
+            time.sleep(IDLE_S)
+            if self._in_flight and time.monotonic() - self._last_hook >= IDLE_S:
+                self.drain(timeout=IDLE_S)
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every check launched so far has its record and counts (at most
+        """Finish every check launched so far, waiting for its statistics (at most
         ``timeout`` seconds); whether none is left in flight."""
-        checks = self._queue
-        if checks is None or self._worker_pid != os.getpid():
+        if self._worker_pid != os.getpid():
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
-        while checks.unfinished_tasks:
-            if deadline is not None and time.monotonic() > deadline:
-                return False
-            time.sleep(POLL_S)
-        return True
+        if not self._finishing.acquire(timeout=-1 if timeout is None else timeout):
+            return False
+        try:
+            while self._in_flight:
+                if self._arrived(self._in_flight[0]):
+                    self.complete(self._in_flight.popleft())
+                elif deadline is not None and time.monotonic() > deadline:
+                    return False
+                else:
+                    time.sleep(POLL_S)
+            return True
+        finally:
+            self._finishing.release()
 
     def _count(self, differing: dict[str, int], rows: int, impl: str) -> None:
         with self._lock:

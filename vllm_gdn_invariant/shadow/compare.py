@@ -209,11 +209,9 @@ class PendingStats:
     host: Tensor
     event: torch.cuda.Event | None
 
-    def wait(self) -> None:
-        """Until the statistics are on the host (a blocking-sync event: the thread sleeps
-        without the GIL)."""
-        if self.event is not None:
-            self.event.synchronize()
+    def ready(self) -> bool:
+        """Whether the statistics are on the host."""
+        return self.event is None or self.event.query()
 
     def result(self) -> dict[str, FieldStats]:
         """The statistics (waits for them unless :meth:`wait` did)."""
@@ -249,7 +247,7 @@ def start(
         return PendingStats(names, elements, rows, None)
     host = torch.empty(rows.shape, dtype=torch.int64, pin_memory=True)
     host.copy_(rows, non_blocking=True)
-    event = torch.cuda.Event(blocking=True)  # a waiter sleeps instead of spinning
+    event = torch.cuda.Event()
     event.record()
     return PendingStats(names, elements, host, event)
 
