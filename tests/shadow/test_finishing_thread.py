@@ -72,13 +72,19 @@ def test_a_check_is_recorded_once_its_statistics_arrive(tmp_path):
     assert checker.stats.checks == 1 and checker.stats.with_difference == 1
 
 
-def test_checks_are_finished_in_launch_order(tmp_path):
-    checker = make_checker(tmp_path, "1.0")
-    events = [Arrival() for _ in range(3)]
+def submit_steps(checker, steps: int) -> list[Arrival]:
+    """Submit checks of steps 0, 1, ...; their events, none arrived."""
+    events = [Arrival() for _ in range(steps)]
     for i, event in enumerate(events):
         check = in_flight(event)
         check.record["step"] = i
         checker.submit(check)
+    return events
+
+
+def test_checks_are_finished_in_launch_order(tmp_path):
+    checker = make_checker(tmp_path, "1.0")
+    events = submit_steps(checker, 3)
     for event in reversed(events):
         event.arrived.set()
     assert checker.drain(timeout=10)
@@ -103,11 +109,7 @@ def test_a_failure_while_finishing_is_counted_and_the_rest_are_finished(tmp_path
 def test_a_new_step_finishes_the_arrived_checks_in_order_without_waiting(tmp_path, monkeypatch):
     monkeypatch.setattr(checker_module, "IDLE_S", 60.0)  # the idle thread stays out of it
     checker = make_checker(tmp_path, "1.0")
-    events = [Arrival() for _ in range(3)]
-    for i, event in enumerate(events):
-        check = in_flight(event)
-        check.record["step"] = i
-        checker.submit(check)
+    events = submit_steps(checker, 3)
     events[0].arrived.set()
     events[2].arrived.set()  # behind check 1, still on its way
     metadata = SimpleNamespace(num_decodes=0)  # a step with nothing to check
