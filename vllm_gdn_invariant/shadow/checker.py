@@ -74,7 +74,7 @@ logger = init_logger("vllm.gdn_invariant.shadow")
 
 STAGES = ("setup", "snapshot", "reference", "compare", "record", "metrics")
 MAX_IN_FLIGHT = 1024  # checks waiting for their statistics; the serving thread waits beyond
-POLL_S = 0.0002  # drain's wait between looks at the oldest check in flight
+POLL_S = 0.0002  # wait between looks at the oldest check in flight (drain, idle thread)
 IDLE_S = 0.05  # hooks idle this long: the daemon thread finishes the checks in flight
 EXIT_DRAIN_S = 10.0  # at process exit, wait this long at most for checks in flight
 
@@ -407,8 +407,10 @@ class ShadowChecker:
     def _finish_when_idle(self) -> None:
         while True:
             time.sleep(IDLE_S)
-            if self._in_flight and time.monotonic() - self._last_hook >= IDLE_S:
-                self.drain(timeout=IDLE_S)
+            # only while the hooks stay idle: a busy serving thread finishes its own checks
+            while self._in_flight and time.monotonic() - self._last_hook >= IDLE_S:
+                self.finish_arrived()
+                time.sleep(POLL_S)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Finish every check launched so far, waiting for its statistics (at most
