@@ -322,11 +322,13 @@ def profile_python(step: Callable[[], object], calls: int, units: int, top: int 
     return {"own_us": ranked(2, table), "package_cumulative_us": ranked(3, ours)}
 
 
-def stage_host_us(checker: checker_module.ShadowChecker, step: Callable[[], object], steps: int):
+def stage_host_us(
+    checker: checker_module.ShadowChecker, step: Callable[[], object], steps: int
+) -> dict[str, float]:
     """Host wall time per checked step of each stage of a check (no profiler): the snapshot
-    (``prepare``: probe, draw, site, gathers), the reference, the compare's launches and its
-    transfer, and the record and metrics (``complete``, on the finishing thread); each stage
-    timed around its call, on whatever thread runs it."""
+    (``prepare``: probe, draw, site, the copy), the reference, the compare's launches and its
+    transfer, and the record and metrics (``complete``); each stage timed around its call, on
+    whatever thread runs it."""
     totals: dict[str, float] = {}
 
     def timed(name: str, function: Callable) -> Callable:
@@ -348,7 +350,7 @@ def stage_host_us(checker: checker_module.ShadowChecker, step: Callable[[], obje
     with contextlib.ExitStack() as stack:
         for owner, name, label in (
             (cls, "prepare", "snapshot"),
-            (cls, "complete", "record and metrics (thread)"),
+            (cls, "complete", "record and metrics"),
             (checker_module, "golden_kernels_reference", "reference"),
             (checker_module, "golden_reference", "reference"),
         ):

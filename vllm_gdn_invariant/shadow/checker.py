@@ -391,10 +391,15 @@ class ShadowChecker:
         if not self._in_flight or not self._finishing.acquire(blocking=False):
             return
         try:
-            while self._in_flight and self._arrived(self._in_flight[0]):
-                self.complete(self._in_flight.popleft())
+            self._complete_arrived()
         finally:
             self._finishing.release()
+
+    def _complete_arrived(self) -> None:
+        """Complete the oldest checks while their statistics have arrived (``_finishing``
+        held)."""
+        while self._in_flight and self._arrived(self._in_flight[0]):
+            self.complete(self._in_flight.popleft())
 
     def _arrived(self, check: InFlight) -> bool:
         try:
@@ -421,14 +426,13 @@ class ShadowChecker:
         if not self._finishing.acquire(timeout=-1 if timeout is None else timeout):
             return False
         try:
-            while self._in_flight:
-                if self._arrived(self._in_flight[0]):
-                    self.complete(self._in_flight.popleft())
-                elif deadline is not None and time.monotonic() > deadline:
+            while True:
+                self._complete_arrived()
+                if not self._in_flight:
+                    return True
+                if deadline is not None and time.monotonic() > deadline:
                     return False
-                else:
-                    time.sleep(POLL_S)
-            return True
+                time.sleep(POLL_S)
         finally:
             self._finishing.release()
 

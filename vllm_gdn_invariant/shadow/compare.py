@@ -214,7 +214,7 @@ class PendingStats:
         return self.event is None or self.event.query()
 
     def result(self) -> dict[str, FieldStats]:
-        """The statistics (waits for them unless :meth:`wait` did)."""
+        """The statistics (waits for them if they have not arrived)."""
         if self.event is not None and not self.event.query():
             self.event.synchronize()
         rows = self.host.tolist()

@@ -383,6 +383,13 @@ def kernel_arguments(
     }
 
 
+def row_mask(valid: Tensor | None, m: int, device: torch.device) -> Tensor:
+    """The kernels' row mask: ``valid`` as int8 (a bool mask viewed), or all rows."""
+    if valid is None:
+        return torch.ones(m, dtype=torch.int8, device=device)
+    return valid.view(torch.int8) if valid.dtype == torch.bool else valid
+
+
 def field_stats(
     served: Tensor,
     reference: Tensor,
@@ -404,10 +411,7 @@ def field_stats(
     if out.dtype != torch.int64 or out.shape != (STATS_WIDTH,) or out.device != served.device:
         raise ValueError(f"out must be int64 [{STATS_WIDTH}] on {served.device}")
     m = reference.size(0)
-    if valid is None:
-        valid = torch.ones(m, dtype=torch.int8, device=served.device)
-    elif valid.dtype == torch.bool:
-        valid = valid.view(torch.int8)
+    valid = row_mask(valid, m, served.device)
     arguments, constexprs = kernel_arguments(served, reference, out, rows, valid)
     grid = (m, constexprs["SPLIT"])
     rows_stats_kernel[grid](*arguments, **constexprs)
@@ -450,9 +454,6 @@ def three_fields_stats(
         raise ValueError("the three fields must have the same rows")
     if out.dtype != torch.int64 or out.shape != (3, STATS_WIDTH) or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous int64 [3, {STATS_WIDTH}]")
-    if valid is None:
-        valid = torch.ones(m, dtype=torch.int8, device=out.device)
-    elif valid.dtype == torch.bool:
-        valid = valid.view(torch.int8)
+    valid = row_mask(valid, m, out.device)
     grid, arguments, constexprs = three_fields_arguments(pairs, out, valid)
     three_fields_stats_kernel[grid](*arguments, **constexprs)

@@ -109,6 +109,9 @@ def gather_blocks(cache: Tensor, blocks: Tensor) -> Tensor:
     return scratch
 
 
+Sources = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # mixed_qkv, b, a, conv, ssm caches
+
+
 def take_snapshot(
     start: int,
     count: int,
@@ -129,15 +132,14 @@ def take_snapshot(
     return snapshot_by_torch(start, count, state_indices, sources)
 
 
-Sources = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]  # mixed_qkv, b, a, conv, ssm caches
-
-
-def snapshot_by_kernel(start: int, count: int, state_indices: Tensor, sources: Sources):
+def snapshot_by_kernel(start: int, count: int, state_indices: Tensor, sources: Sources) -> Snapshot:
     """:func:`take_snapshot` by snapshot_kernel.py's one launch."""
     device = state_indices.device
+    inputs, caches = sources[:3], sources[3:]
     copies = tuple(
-        torch.empty((count + (i >= 3), *t.shape[1:]), dtype=t.dtype, device=device)
-        for i, t in enumerate(sources)
+        torch.empty((count + null, *t.shape[1:]), dtype=t.dtype, device=device)
+        for null, group in ((0, inputs), (1, caches))  # the caches' copies: a null block
+        for t in group
     )
     rows = torch.empty(count, dtype=torch.int64, device=device)
     blocks = torch.empty(count, dtype=state_indices.dtype, device=device)
@@ -146,7 +148,7 @@ def snapshot_by_kernel(start: int, count: int, state_indices: Tensor, sources: S
     return Snapshot(rows, blocks, active, *copies)
 
 
-def snapshot_by_torch(start: int, count: int, state_indices: Tensor, sources: Sources):
+def snapshot_by_torch(start: int, count: int, state_indices: Tensor, sources: Sources) -> Snapshot:
     """:func:`take_snapshot` by torch gathers."""
     mixed_qkv, b, a, conv_cache, ssm_cache = sources
     rows = window(start, count, state_indices.numel(), mixed_qkv.device)
