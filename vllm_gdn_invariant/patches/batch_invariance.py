@@ -51,11 +51,12 @@ def _at_least(release: str | None, version: Version) -> bool:
 
 
 def batch_invariance_patches(
-    release: str | None = None, enabled: bool | None = None
+    release: str | None = None, enabled: bool | None = None, history_replay: bool = False
 ) -> list[MethodPatch]:
     """The batch-invariance patches for vLLM ``release`` (None: every patch of every release).
 
     ``enabled`` None reads ``VLLM_BATCH_INVARIANT``; off, the list is empty.
+    ``history_replay``: the chunk grid with the history replay's prompt-end rule.
     """
     if not (batch_invariant_enabled() if enabled is None else enabled):
         return []
@@ -63,7 +64,7 @@ def batch_invariance_patches(
         selector_patch(),
         prefill_patch(),
         ssm_state_patch(),
-        *scheduler_patches(),
+        *scheduler_patches(history=history_replay),
         align_block_patch(),
         *gated_norm_patches(_at_least(release, QWEN3_5_FUSED_NORM_SINCE)),
     ]
@@ -72,17 +73,17 @@ def batch_invariance_patches(
     return patches
 
 
-def invariance_patches(release: str | None) -> list[MethodPatch]:
+def invariance_patches(release: str | None, history_replay: bool = False) -> list[MethodPatch]:
     """The batch-invariance patches for vLLM ``release``; none unless VLLM_BATCH_INVARIANT."""
     if not batch_invariant_enabled():
         return []
-    return batch_invariance_patches(release, enabled=True)
+    return batch_invariance_patches(release, enabled=True, history_replay=history_replay)
 
 
 def describe_patches(patches: Sequence[MethodPatch]) -> str:
     """The patches for the plugin's log line: the routing patch's target, then the
     batch-invariance patches by label (once each) after ``VLLM_BATCH_INVARIANT=1:``."""
-    others = [p.name for p in patches if not isinstance(p, BatchInvariancePatch)]
+    others = list(dict.fromkeys(p.name for p in patches if not isinstance(p, BatchInvariancePatch)))
     invariance = list(dict.fromkeys(p.name for p in patches if isinstance(p, BatchInvariancePatch)))
     text = ", ".join(others)
     if invariance:

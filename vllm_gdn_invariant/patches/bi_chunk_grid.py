@@ -20,9 +20,21 @@ the 64-token grid of the GDN chunk kernels.
   (``max_num_batched_tokens``, ``long_prefill_token_threshold``) would never advance a long
   prompt; in align mode a block size or prefix-match unit that is not a multiple of 64 would
   start prefills from cached states off the grid.
+  A prompt whose last chunk would be a single token (a cut one token before the end) is cut
+  one grid step earlier instead, when the scheduler can ever give the longer tail in one
+  chunk: vLLM counts a one-token chunk after computed tokens as a decode row, so that token
+  would take the decode kernels where the uncut prompt takes the chunk kernels.
+* **History replay** (``history_replay.py``): a request recomputed after preemption has
+  generated tokens after its prompt. With the replay on, the grid is the prompt's own (chunks
+  end on it and at the prompt's end, never across it), and the chunks over the generated
+  tokens are left as vLLM sizes them: the GDN layers replay those tokens one decode step at
+  a time, whatever the chunk. ``make_history_init`` installs only this rule (mode golden
+  without batch-invariant mode).
 * **Upstream**: vllm-project/vllm PR #49827 (open) aligns chunked prefill for Qwen GDN under
-  batch-invariant mode.
-* **Remove when**: vLLM aligns GDN prefill chunks to the kernel grid under the mode.
+  batch-invariant mode; PR #54993 (open) keeps a preempted Mamba2 request's prompt chunks for
+  its recovery.
+* **Remove when**: vLLM aligns GDN prefill chunks to the kernel grid under the mode and ends a
+  recomputed request's chunks at its prompt's end.
 """
 
 from __future__ import annotations
@@ -45,20 +57,57 @@ ALIGNED_SPLIT = SourceTarget(SCHEDULER_MODULE, "Scheduler._mamba_block_aligned_s
 SCHEDULE = SourceTarget(SCHEDULER_MODULE, "Scheduler.schedule")
 
 GRID_ATTR = "gdn_invariant_chunk_grid"
+HISTORY_ATTR = "gdn_invariant_history_replay"
+TAIL_ATTR = "gdn_invariant_tail_step"
 
 
 def grid_limited(
-    num_computed: int, num_new_tokens: int, prefill_end: int, grid: int = CHUNK_GRID
+    num_computed: int,
+    num_new_tokens: int,
+    prefill_end: int,
+    grid: int = CHUNK_GRID,
+    tail_step: int = 0,
 ) -> int:
     """How many of ``num_new_tokens`` to schedule from position ``num_computed``: all of them
     when the chunk finishes the prefill (or is not a prefill), else up to the last multiple of
-    ``grid`` (from the sequence's start) inside the chunk, 0 when there is none."""
+    ``grid`` (from the sequence's start) inside the chunk, 0 when there is none. With a
+    ``tail_step`` (a multiple of ``grid``) a chunk that would leave one token to the end of
+    the prefill ends ``tail_step`` tokens earlier."""
     if num_computed >= prefill_end:
         return num_new_tokens
     end = num_computed + num_new_tokens
     if end >= prefill_end:
         return num_new_tokens
-    return max(end // grid * grid - num_computed, 0)
+    end = end // grid * grid
+    if tail_step and prefill_end - end == 1:
+        end -= tail_step
+    return max(end - num_computed, 0)
+
+
+def history_limited(num_computed: int, num_new_tokens: int, prompt_len: int) -> int:
+    """A chunk that starts inside the prompt ends at the prompt's end at the latest."""
+    if num_computed < prompt_len:
+        return min(num_new_tokens, prompt_len - num_computed)
+    return num_new_tokens
+
+
+def longest_chunk(scheduler: Any) -> int:
+    """The most tokens the scheduler ever gives one prefill chunk."""
+    limit = scheduler.max_num_scheduled_tokens
+    threshold = scheduler.scheduler_config.long_prefill_token_threshold
+    return min(limit, threshold) if threshold > 0 else limit
+
+
+def tail_step(scheduler: Any, grid: int = CHUNK_GRID) -> int:
+    """How far before a one-token tail a chunk ends instead: the grid, or in align mode the
+    mamba block (chunk ends stay on block boundaries there); 0 when the scheduler can never
+    give the longer tail in one chunk (the one-token tail then stays)."""
+    step = (
+        scheduler.cache_config.block_size
+        if scheduler.cache_config.mamba_cache_mode == "align"
+        else grid
+    )
+    return step if longest_chunk(scheduler) > step else 0
 
 
 def grid_violations(scheduler: Any, grid: int = CHUNK_GRID) -> list[str]:
@@ -88,8 +137,9 @@ def grid_violations(scheduler: Any, grid: int = CHUNK_GRID) -> list[str]:
     return problems
 
 
-def make_init(original: Callable[..., None]) -> Callable[..., None]:
-    """The replacement ``Scheduler.__init__`` (installed only under ``VLLM_BATCH_INVARIANT=1``)."""
+def grid_init(original: Callable[..., None], history: bool) -> Callable[..., None]:
+    """``Scheduler.__init__`` that turns the grid (and with ``history`` the replay's rule) on
+    for Qwen GDN models and refuses what the grid cannot serve."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
@@ -105,6 +155,33 @@ def make_init(original: Callable[..., None]) -> Callable[..., None]:
                 f"a token budget of at least {CHUNK_GRID}."
             )
         setattr(self, GRID_ATTR, CHUNK_GRID)
+        setattr(self, TAIL_ATTR, tail_step(self))
+        self.need_mamba_block_aligned_split = True
+        if history:
+            setattr(self, HISTORY_ATTR, True)
+
+    return __init__
+
+
+def make_init(original: Callable[..., None]) -> Callable[..., None]:
+    """The replacement ``Scheduler.__init__`` (installed only under ``VLLM_BATCH_INVARIANT=1``)."""
+    return grid_init(original, history=False)
+
+
+def make_grid_history_init(original: Callable[..., None]) -> Callable[..., None]:
+    """``make_init`` with the history replay's rule (batch-invariant mode with the replay)."""
+    return grid_init(original, history=True)
+
+
+def make_history_init(original: Callable[..., None]) -> Callable[..., None]:
+    """The replacement ``Scheduler.__init__`` of the history replay alone (mode golden without
+    batch-invariant mode): a recomputed request's chunks end at its prompt's end."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if not (self.has_mamba_layers and is_qwen_gdn_model(self.vllm_config.model_config)):
+            return
+        setattr(self, HISTORY_ATTR, True)
         self.need_mamba_block_aligned_split = True
 
     return __init__
@@ -129,25 +206,30 @@ def make_split(original: Callable[..., int]) -> Callable[..., int]:
                 num_new_local_computed_tokens,
                 num_external_computed_tokens,
             )
-        grid = getattr(self, GRID_ATTR, None)
-        if grid is None:
-            return num_new_tokens
         start = (
             request.num_computed_tokens
             + num_new_local_computed_tokens
             + num_external_computed_tokens
         )
         prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
-        return grid_limited(start, num_new_tokens, prefill_end, grid)
+        if getattr(self, HISTORY_ATTR, False):
+            num_new_tokens = history_limited(start, num_new_tokens, request.num_prompt_tokens)
+            prefill_end = request.num_prompt_tokens
+        grid = getattr(self, GRID_ATTR, None)
+        if grid is None:
+            return num_new_tokens
+        return grid_limited(start, num_new_tokens, prefill_end, grid, getattr(self, TAIL_ATTR, 0))
 
     return _mamba_block_aligned_split
 
 
-def scheduler_patches() -> list[BatchInvariancePatch]:
+def scheduler_patches(history: bool = False) -> list[BatchInvariancePatch]:
+    """The grid's two patches; ``history``: with the history replay's rule."""
+    init = "make_grid_history_init" if history else "make_init"
     return [
         BatchInvariancePatch(
             target=SCHEDULER_INIT,
-            replacement="vllm_gdn_invariant.patches.bi_chunk_grid:make_init",
+            replacement=f"vllm_gdn_invariant.patches.bi_chunk_grid:{init}",
             why="turn the prefill split on for Qwen GDN models; refuse what the grid cannot serve",
             relies_on=(SCHEDULE,),  # calls _mamba_block_aligned_split where the flag is set
             label="chunk-grid-64",

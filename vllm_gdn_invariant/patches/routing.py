@@ -74,14 +74,19 @@ RELIES_ON = (
 )
 
 REPLACEMENT = "vllm_gdn_invariant.patches.routed_forward_core:routed_forward_core"
+REPLAY_REPLACEMENT = "vllm_gdn_invariant.patches.replayed_forward_core:replayed_forward_core"
 UPSTREAM_NAME = "_forward_core_upstream"
 
 
-def routing_patch() -> MethodPatch:
-    """The patch object (one per application: it records what it replaced)."""
+def routing_patch(history_replay: bool = False) -> MethodPatch:
+    """The patch object (one per application: it records what it replaced).
+
+    ``history_replay``: the replacement also replays recomputed history rows
+    (``history_replay.py``).
+    """
     return MethodPatch(
         target=FORWARD_CORE,
-        replacement=REPLACEMENT,
+        replacement=REPLAY_REPLACEMENT if history_replay else REPLACEMENT,
         keep_original_as=UPSTREAM_NAME,
         why="mixed decode+prefill steps: decode rows run causal_conv1d_update and "
         "fused_recurrent_gated_delta_rule_packed_decode, as in decode-only steps",

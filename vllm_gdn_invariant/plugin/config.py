@@ -5,6 +5,7 @@
 | ``VLLM_GDN_INVARIANT_MODE`` | ``route``, ``golden``, ``off`` | ``route`` |
 | ``VLLM_GDN_INVARIANT_STRICT`` | ``0``, ``1`` | ``0`` |
 | ``VLLM_GDN_INVARIANT_SHADOW`` | ``off``, ``0``, ``<rate>[,option=value...]`` | ``off`` |
+| ``VLLM_GDN_INVARIANT_REPLAY`` | ``on``, ``off`` | ``on`` |
 
 A bad value raises :class:`ConfigError`, whose message names the variable, the value and the
 valid choices. The shadow setting's grammar and checks
@@ -23,7 +24,8 @@ from vllm_gdn_invariant.shadow.config import ShadowConfig, ShadowSettingError, p
 MODE_ENV = "VLLM_GDN_INVARIANT_MODE"
 STRICT_ENV = "VLLM_GDN_INVARIANT_STRICT"
 SHADOW_ENV = "VLLM_GDN_INVARIANT_SHADOW"
-ENV_NAMES = (MODE_ENV, STRICT_ENV, SHADOW_ENV)
+REPLAY_ENV = "VLLM_GDN_INVARIANT_REPLAY"
+ENV_NAMES = (MODE_ENV, STRICT_ENV, SHADOW_ENV, REPLAY_ENV)
 
 
 class ConfigError(ValueError):
@@ -52,12 +54,26 @@ class Mode(str, enum.Enum):
 
 @dataclass(frozen=True)
 class PluginConfig:
+    """``replay``: a preempted request's recomputed history is replayed through the decode
+    path where that applies (:meth:`replays_history`)."""
+
     mode: Mode = Mode.ROUTE
     strict: bool = False
     shadow: ShadowConfig = ShadowConfig()
+    replay: bool = True
 
     def describe(self) -> str:
-        return f"mode={self.mode.value} strict={int(self.strict)} shadow={self.shadow.describe()}"
+        return (
+            f"mode={self.mode.value} strict={int(self.strict)} "
+            f"shadow={self.shadow.describe()} replay={'on' if self.replay else 'off'}"
+        )
+
+    def replays_history(self, batch_invariant: bool) -> bool:
+        """Whether recomputed requests replay their history: replay on, with
+        ``VLLM_BATCH_INVARIANT=1`` in modes route and golden, or in mode golden."""
+        if not self.replay or self.mode is Mode.OFF:
+            return False
+        return batch_invariant or self.mode is Mode.GOLDEN
 
     @property
     def installs_nothing(self) -> bool:
@@ -81,6 +97,13 @@ def parse_strict(value: str) -> bool:
     return text == "1"
 
 
+def parse_replay(value: str) -> bool:
+    text = value.strip().lower()
+    if text not in ("on", "off"):
+        raise ConfigError(REPLAY_ENV, value, "on | off")
+    return text == "on"
+
+
 def load_shadow(value: str) -> ShadowConfig:
     """The shadow checker's setting (shadow/config.py); a bad one raises :class:`ConfigError`."""
     try:
@@ -97,4 +120,5 @@ def load_config(environ: Mapping[str, str] | None = None) -> PluginConfig:
         mode=parse_mode(env.get(MODE_ENV, Mode.ROUTE.value)),
         strict=parse_strict(env.get(STRICT_ENV, "0")),
         shadow=shadow,
+        replay=parse_replay(env.get(REPLAY_ENV, "on")),
     )

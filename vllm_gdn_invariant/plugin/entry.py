@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 from vllm_gdn_invariant.patches import MethodPatch, PatchError, apply_all, routing_patch
 from vllm_gdn_invariant.patches.batch_invariance import describe_patches, invariance_patches
+from vllm_gdn_invariant.patches.bi_patch import batch_invariant_enabled
 from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
+from vllm_gdn_invariant.patches.history_replay import builder_patch, history_scheduler_patches
 from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig, load_config
 from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
@@ -54,16 +56,25 @@ class UnsupportedVllmError(RuntimeError):
 
 def patches_for(config: PluginConfig) -> list[MethodPatch]:
     """The patches the plugin installs for ``config``: the routing unless mode off (with the
-    batch-invariance patches under ``VLLM_BATCH_INVARIANT=1``, and mode golden's decode
-    path), then the shadow checker's
-    wrappers when it is on (last: they wrap what the others installed)."""
+    batch-invariance patches under ``VLLM_BATCH_INVARIANT=1``, mode golden's decode path and
+    the history replay where it applies), then the shadow checker's wrappers when it is on
+    (last: they wrap what the others installed)."""
+    batch_invariant = batch_invariant_enabled()
+    replay = config.replays_history(batch_invariant)
     patches = (
         []
         if config.mode is Mode.OFF
-        else [routing_patch(), *invariance_patches(installed_release())]
+        else [
+            routing_patch(history_replay=replay),
+            *invariance_patches(installed_release(), history_replay=replay),
+        ]
     )
     if config.mode is Mode.GOLDEN:
         patches += golden_decode_patches()
+    if replay:
+        patches.append(builder_patch())
+        if not batch_invariant:
+            patches += history_scheduler_patches()
     if config.shadow.enabled:
         patches += shadow_patches()
     return patches

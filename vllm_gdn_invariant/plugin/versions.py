@@ -79,6 +79,10 @@ from vllm_gdn_invariant.patches.routing import (
     PREFILL_DISPATCH,
     SPLIT_DECODES,
 )
+from vllm_gdn_invariant.patches.history_replay import (
+    COMMON_METADATA_CLASS,
+    V1_BUILD_ATTENTION_METADATA,
+)
 from vllm_gdn_invariant.patches.shadow import GDN_CORE_OP
 from vllm_gdn_invariant.plugin.fingerprint import fingerprint_or_none, read_installed_source
 
@@ -442,6 +446,30 @@ _BY_TARGET = {
     LAYER_FORWARD_CPU.key: {
         **dict.fromkeys(SUPPORTED_VERSIONS[:6], "afbf1dc117b06895"),
         **dict.fromkeys(SUPPORTED_VERSIONS[6:], "dae4b5562b374c07"),
+    },
+    # V1 model runner only (0.34 has Model Runner V2 alone): sets is_prefilling.
+    V1_BUILD_ATTENTION_METADATA.key: {
+        "0.26.0": "a8f63477da30456c",
+        "0.27.0": "76808b461012b7b1",
+        "0.27.1": "76808b461012b7b1",
+        "0.28.0": "e1e44e0457d7f845",
+        "0.29.0": "98e0dcd0de856c24",
+        "0.30.0": "1f12a16ad813ebaa",
+        "0.31.0": "7afc971fa690b8f0",
+        "0.32.0": "8c5cb9ce21dd0b26",
+        "0.33.0": "a85e860a1278b552",
+    },
+    COMMON_METADATA_CLASS.key: {
+        "0.26.0": "089a3e9af5915f39",
+        "0.27.0": "e1dfc5a6a027730c",
+        "0.27.1": "e1dfc5a6a027730c",
+        "0.28.0": "1dbb2759d6865cd5",
+        "0.29.0": "1dbb2759d6865cd5",
+        "0.30.0": "048071b077a70322",
+        "0.31.0": "44c689ff14be3721",
+        "0.32.0": "52c61f36f558e7cd",
+        "0.33.0": "52c61f36f558e7cd",
+        "0.34.0": "dbcbe17e6e5d1f5a",
     },
 }
 

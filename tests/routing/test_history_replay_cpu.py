@@ -1,0 +1,260 @@
+"""Decode-history replay on CPU, with vLLM's real metadata builder and real ``_forward_core``.
+
+A step holds decode rows, prefills (a fresh prompt and a recomputed request's prompt chunk)
+and history rows (recomputed requests past their prompt). vLLM's kernels are the CPU
+stand-ins of ``standins.py``: the decode-only pair are the goldens, the chunk rule a float64
+recurrence, so a history row replayed through the decode path has the bits of the same
+tokens run as N decode-only steps, and one left on the chunk path does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+import torch
+
+from vllm_gdn_invariant.harness.layer import (
+    LayerDims,
+    Request,
+    build_metadata,
+    common_metadata,
+    make_layer,
+    make_layer_state,
+    make_vllm_config,
+    run_core,
+    step_inputs,
+)
+from vllm_gdn_invariant.patches import applied, routing_patch
+from vllm_gdn_invariant.patches import history_replay as replay
+from vllm_gdn_invariant.patches.history_plan import PLAN_ATTR, history_plan, history_rows
+from vllm_gdn_invariant.shadow.bits import same_bits
+
+from . import standins
+
+DIMS = LayerDims(num_k_heads=2, num_v_heads=4, head_k_dim=32, head_v_dim=32)
+CPU = torch.device("cpu")
+
+DECODE = Request(1, 63, False)
+# Decode rows first, then prefills in the batch's order: a fresh prompt, history rows of a
+# recomputed request (past its prompt), a recomputed request's prompt chunk.
+STEP = [
+    DECODE,
+    DECODE,
+    Request(9, 0, True),
+    Request(7, 80, False),
+    Request(12, 64, True),
+    Request(5, 100, False),
+    Request(2, 70, False),
+]
+HISTORY = [3, 5, 6]  # rows of STEP past their prompt
+PREFILLS = [2, 4]
+
+
+@pytest.fixture(autouse=True)
+def kernels(monkeypatch):
+    standins.use_standins(monkeypatch)
+
+
+@pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def setup(request):
+    state_dtype = request.param
+    return state_dtype, make_vllm_config(
+        DIMS, state_dtype, max_num_seqs=32, max_num_batched_tokens=512
+    )
+
+
+@pytest.fixture(scope="module")
+def replayed():
+    with applied([routing_patch(history_replay=True)]):
+        yield
+
+
+def new_layer(vllm_config, state):
+    layer = make_layer(vllm_config, DIMS, state, gqa_interleaved_layout=True)
+    object.__setattr__(layer, "chunk_gated_delta_rule", standins.chunk_gated_delta_rule)
+    return layer
+
+
+def planned_metadata(vllm_config, requests, blocks=None):
+    """vLLM's metadata for ``requests`` with the history plan attached as the builder patch
+    attaches it."""
+    metadata = build_metadata(vllm_config, requests, CPU, blocks)
+    plan = history_plan(common_metadata(requests, CPU, blocks), metadata)
+    if plan is not None:
+        setattr(metadata, PLAN_ATTR, plan)
+    return metadata
+
+
+def run_step(vllm_config, state, requests, inputs, blocks=None, plan=True):
+    """One step on a copy of ``state`` through the patched ``_forward_core``."""
+    state = state.clone()
+    layer = new_layer(vllm_config, state)
+    if plan:
+        metadata = planned_metadata(vllm_config, requests, blocks)
+    else:
+        metadata = build_metadata(vllm_config, requests, CPU, blocks)
+    out = run_core(layer, vllm_config, metadata, *inputs)
+    return out, state
+
+
+def token_ranges(requests):
+    starts, total = [], 0
+    for r in requests:
+        starts.append(total)
+        total += r.query_len
+    return starts
+
+
+def decode_steps(vllm_config, state, requests, inputs, rows):
+    """The rows' tokens as decode-only steps, token after token, on a copy of ``state``;
+    (outputs by step token index, state after)."""
+    state = state.clone()
+    starts = token_ranges(requests)
+    out = torch.full(
+        (inputs[0].shape[0], DIMS.num_v_heads, DIMS.head_v_dim), float("nan"), dtype=torch.bfloat16
+    )
+    for t in range(max(requests[r].query_len for r in rows)):
+        alive = [r for r in rows if requests[r].query_len > t]
+        index = torch.tensor([starts[r] + t for r in alive])
+        step = [Request(1, requests[r].context + t, False) for r in alive]
+        layer = new_layer(vllm_config, state)
+        metadata = build_metadata(vllm_config, step, CPU, [r + 1 for r in alive])
+        out[index] = run_core(layer, vllm_config, metadata, *(x[index] for x in inputs))
+    return out, state
+
+
+def history_tokens(requests, rows):
+    starts = token_ranges(requests)
+    return torch.tensor([starts[r] + t for r in rows for t in range(requests[r].query_len)])
+
+
+def blocks_of(rows):
+    return [r + 1 for r in rows]
+
+
+def test_the_plan_names_the_rows_past_their_prompt_longest_first(setup):
+    _, vllm_config = setup
+    metadata = build_metadata(vllm_config, STEP, CPU)
+    common = common_metadata(STEP, CPU)
+    assert history_rows(common, metadata.num_decodes) == HISTORY
+    plan = history_plan(common, metadata)
+    assert plan.rows == (3, 5, 6) and plan.lengths == (7, 5, 2)
+    assert plan.counts == (3, 3, 2, 2, 2, 1, 1)
+    starts = token_ranges(STEP)
+    expected = [starts[r] + t for t in range(7) for r in (3, 5, 6) if STEP[r].query_len > t]
+    assert plan.order.tolist() == expected
+    assert plan.state_indices.tolist() == [4, 6, 7]
+
+
+def test_steps_without_history_rows_have_no_plan(setup):
+    _, vllm_config = setup
+    requests = [DECODE, Request(9, 0, True), Request(12, 64, True)]
+    metadata = build_metadata(vllm_config, requests, CPU)
+    assert history_plan(common_metadata(requests, CPU), metadata) is None
+    decode_only = [DECODE, Request(1, 80, False)]
+    metadata = build_metadata(vllm_config, decode_only, CPU)
+    assert history_plan(common_metadata(decode_only, CPU), metadata) is None
+
+
+def test_history_rows_get_the_bits_of_their_decode_steps_token_after_token(replayed, setup):
+    state_dtype, vllm_config = setup
+    g = torch.Generator().manual_seed(11)
+    state = make_layer_state(DIMS, state_dtype, len(STEP) + 2, CPU, g)
+    inputs = step_inputs(DIMS, sum(r.query_len for r in STEP), CPU, g)
+    tokens = history_tokens(STEP, HISTORY)
+    blocks = blocks_of(HISTORY)
+
+    out, after = run_step(vllm_config, state, STEP, inputs)
+    want_out, want = decode_steps(vllm_config, state, STEP, inputs, HISTORY)
+
+    assert not out.isnan().any(), "every row of core_attn_out must be written"
+    assert same_bits(out[tokens], want_out[tokens])
+    assert same_bits(after.ssm_state[blocks], want.ssm_state[blocks])
+    assert same_bits(after.conv_state[blocks], want.conv_state[blocks])
+
+
+def test_the_other_rows_of_the_step_keep_the_routed_bits(replayed, setup):
+    state_dtype, vllm_config = setup
+    g = torch.Generator().manual_seed(12)
+    state = make_layer_state(DIMS, state_dtype, len(STEP) + 2, CPU, g)
+    inputs = step_inputs(DIMS, sum(r.query_len for r in STEP), CPU, g)
+    starts = token_ranges(STEP)
+
+    out, after = run_step(vllm_config, state, STEP, inputs)
+    routed_out, routed = run_step(vllm_config, state, STEP, inputs, plan=False)
+    decode_out, decode_only = run_step(vllm_config, state, STEP[:2], tuple(x[:2] for x in inputs))
+
+    others = [r for r in range(len(STEP)) if r not in HISTORY]
+    tokens = torch.tensor([starts[r] + t for r in others for t in range(STEP[r].query_len)])
+    assert same_bits(out[tokens], routed_out[tokens])
+    assert same_bits(out[:2], decode_out)
+    for cache in ("ssm_state", "conv_state"):
+        got = getattr(after, cache)
+        assert same_bits(got[blocks_of(others)], getattr(routed, cache)[blocks_of(others)])
+        assert same_bits(got[[1, 2]], getattr(decode_only, cache)[[1, 2]])
+        # Blocks no request owns are untouched.
+        assert same_bits(got[[0, len(STEP) + 1]], getattr(state, cache)[[0, len(STEP) + 1]])
+
+
+def test_history_rows_on_the_chunk_path_do_not_get_the_decode_bits(replayed, setup):
+    """Negative control: the same step without a plan sends the history rows through the
+    chunk rule, and the replay test's comparison fails there."""
+    state_dtype, vllm_config = setup
+    if state_dtype != torch.float32:
+        pytest.skip("in a bf16 state the stand-ins' difference rarely survives the store")
+    g = torch.Generator().manual_seed(11)
+    state = make_layer_state(DIMS, state_dtype, len(STEP) + 2, CPU, g)
+    inputs = step_inputs(DIMS, sum(r.query_len for r in STEP), CPU, g)
+    blocks = blocks_of(HISTORY)
+
+    out, after = run_step(vllm_config, state, STEP, inputs, plan=False)
+    want_out, want = decode_steps(vllm_config, state, STEP, inputs, HISTORY)
+
+    assert not same_bits(after.ssm_state[blocks], want.ssm_state[blocks])
+    assert not same_bits(
+        out[history_tokens(STEP, HISTORY)], want_out[history_tokens(STEP, HISTORY)]
+    )
+
+
+def test_a_step_of_history_rows_alone_replays_them(replayed, setup):
+    state_dtype, vllm_config = setup
+    requests = [Request(4, 30, False), Request(6, 50, False)]
+    g = torch.Generator().manual_seed(13)
+    state = make_layer_state(DIMS, state_dtype, len(requests) + 2, CPU, g)
+    inputs = step_inputs(DIMS, 10, CPU, g)
+    out, after = run_step(vllm_config, state, requests, inputs)
+    want_out, want = decode_steps(vllm_config, state, requests, inputs, [0, 1])
+    assert same_bits(out, want_out)
+    assert same_bits(after.ssm_state[[1, 2]], want.ssm_state[[1, 2]])
+    assert same_bits(after.conv_state[[1, 2]], want.conv_state[[1, 2]])
+
+
+def test_the_builder_patch_attaches_the_plan(monkeypatch, setup):
+    _, vllm_config = setup
+    monkeypatch.setattr(replay, "replay_gaps", lambda config: [])
+    with applied([replay.builder_patch()]):
+        metadata = build_metadata(vllm_config, STEP, CPU)
+    plan = getattr(metadata, PLAN_ATTR)
+    assert plan.rows == (3, 5, 6)
+
+
+def test_without_the_v1_model_runner_the_builder_says_so_and_plans_nothing(
+    monkeypatch, setup, caplog
+):
+    _, vllm_config = setup
+    monkeypatch.setattr(replay, "runs_v1_model_runner", lambda config: False)
+    with applied([replay.builder_patch()]), caplog.at_level(logging.WARNING):
+        metadata = build_metadata(vllm_config, STEP, CPU)
+    assert not hasattr(metadata, PLAN_ATTR)
+    assert any("Model Runner V2" in r.getMessage() for r in caplog.records)
+
+
+def test_replay_gaps_name_the_v2_runner_and_speculative_decoding():
+    v1 = dataclasses.make_dataclass(
+        "C", [("use_v2_model_runner", bool), ("speculative_config", object)]
+    )
+    assert replay.replay_gaps(v1(False, None)) == []
+    assert replay.replay_gaps(v1(True, None)) == [replay.V2_RUNNER_NOTE]
+    assert replay.replay_gaps(v1(False, object())) == [replay.SPECULATIVE_NOTE]

@@ -1,0 +1,129 @@
+"""Patch: a preempted request that vLLM recomputes keeps its bits (decode-history replay).
+
+* **Targets**:
+  - ``GDNAttentionMetadataBuilder.build`` (``vllm/v1/attention/backends/gdn_attn.py``),
+    wrapped by :func:`~vllm_gdn_invariant.patches.history_plan.make_build`: vLLM's metadata,
+    plus the step's :class:`~vllm_gdn_invariant.patches.history_plan.HistoryPlan` when a row
+    recomputes generated tokens.
+  - ``QwenGatedDeltaNetAttention._forward_core``: the routing patch's target, replaced by
+    :func:`~vllm_gdn_invariant.patches.replayed_forward_core.replayed_forward_core` (the
+    routing, plus the replay of the plan's rows).
+  - ``Scheduler.__init__`` / ``Scheduler._mamba_block_aligned_split``: the chunk-grid patch
+    (``bi_chunk_grid.py``) with the prompt-end rule; in mode golden without batch-invariant
+    mode the rule alone.
+* **Why**: under KV-cache pressure vLLM preempts a request and later recomputes it as prefill
+  chunks over its prompt and every token it generated. Those tokens' GDN states were first
+  built by decode steps (conv update + packed decode, or mode golden's kernels), one token at
+  a time; the chunk kernels rebuild them with other rounding, so the request's tokens and
+  logprobs change where it was preempted, depending on what else the server did. With the
+  patch the prompt is recomputed on its own chunk grid, ending at the prompt's end as its
+  first prefill did, and the generated tokens are replayed token by token through the layer's
+  decode path from the state after the prompt.
+* **Upstream**: vllm-project/vllm PR #54993 (open) does the same for Mamba2 (recovery keeps
+  the prompt's chunk boundaries and replays generated history through the decode path);
+  nothing exists for GDN.
+* **Remove when**: vLLM recovers preempted GDN requests with their decode-step arithmetic.
+
+Where it applies: ``VLLM_GDN_INVARIANT_REPLAY=on`` (the default) with
+``VLLM_BATCH_INVARIANT=1`` in modes ``route`` and ``golden``, and in mode ``golden``. The
+builder tells a recomputed history row by vLLM's V1 model runner's ``is_prefilling``
+(``GPUModelRunner._build_attention_metadata``: ``num_computed_tokens < num_prompt_tokens``);
+vLLM's Model Runner V2 computes that flag against the recomputed length instead, so there no
+row is replayed, and the builder says so once in the log. Speculative steps are left to vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from vllm_gdn_invariant.patches.base import SourceTarget
+from vllm_gdn_invariant.patches.bi_chunk_grid import ALIGNED_SPLIT, SCHEDULE, SCHEDULER_INIT
+from vllm_gdn_invariant.patches.bi_patch import AttributePatch
+from vllm_gdn_invariant.patches.history_plan import PLAN_ATTR, history_plan
+from vllm_gdn_invariant.patches.routing import METADATA_BUILD, SPLIT_DECODES
+
+LABEL = "history-replay"
+V1_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+V1_BUILD_ATTENTION_METADATA = SourceTarget(
+    V1_RUNNER_MODULE, "GPUModelRunner._build_attention_metadata"
+)
+COMMON_METADATA_CLASS = SourceTarget("vllm.v1.attention.backend", "CommonAttentionMetadata")
+
+V2_RUNNER_NOTE = (
+    "vLLM runs Model Runner V2, whose is_prefilling does not tell a recomputed request's "
+    "generated tokens from its prompt: preempted requests are recomputed without the history "
+    "replay (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner, where the replay applies)"
+)
+SPECULATIVE_NOTE = (
+    "speculative decoding is on: preempted requests are recomputed without the history "
+    "replay (speculative steps are left to vLLM)"
+)
+
+logger = logging.getLogger("vllm.gdn_invariant")
+
+
+def runs_v1_model_runner(vllm_config: Any) -> bool:
+    """Whether the engine's model runner is vLLM's V1 ``GPUModelRunner``."""
+    return not bool(getattr(vllm_config, "use_v2_model_runner", True))
+
+
+def replay_gaps(vllm_config: Any) -> list[str]:
+    """Why recomputed requests of this configuration are not replayed, in words."""
+    gaps = []
+    if not runs_v1_model_runner(vllm_config):
+        gaps.append(V2_RUNNER_NOTE)
+    if getattr(vllm_config, "speculative_config", None) is not None:
+        gaps.append(SPECULATIVE_NOTE)
+    return gaps
+
+
+def make_build(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The replacement ``GDNAttentionMetadataBuilder.build``: vLLM's metadata, with the step's
+    history plan attached when a row replays history. The first build of a builder logs what
+    keeps this configuration from being replayed, once."""
+
+    def build(self: Any, common_prefix_len: int, common_attn_metadata: Any, *args, **kwargs):
+        metadata = original(self, common_prefix_len, common_attn_metadata, *args, **kwargs)
+        if not hasattr(self, "gdn_invariant_replay_gaps"):
+            self.gdn_invariant_replay_gaps = replay_gaps(self.vllm_config)
+            for gap in self.gdn_invariant_replay_gaps:
+                logger.warning("gdn_invariant: %s", gap)
+        if self.gdn_invariant_replay_gaps:
+            return metadata
+        plan = history_plan(common_attn_metadata, metadata)
+        if plan is not None:
+            setattr(metadata, PLAN_ATTR, plan)
+        return metadata
+
+    return build
+
+
+def builder_patch() -> AttributePatch:
+    return AttributePatch(
+        target=METADATA_BUILD,
+        replacement="vllm_gdn_invariant.patches.history_replay:make_build",
+        why="attach the step's history plan: the rows that recompute generated tokens",
+        relies_on=(V1_BUILD_ATTENTION_METADATA, COMMON_METADATA_CLASS, SPLIT_DECODES),
+        label=LABEL,
+    )
+
+
+def history_scheduler_patches() -> list[AttributePatch]:
+    """The prompt-end rule alone (mode golden without batch-invariant mode)."""
+    return [
+        AttributePatch(
+            target=SCHEDULER_INIT,
+            replacement="vllm_gdn_invariant.patches.bi_chunk_grid:make_history_init",
+            why="a recomputed request's chunks end at its prompt's end",
+            relies_on=(SCHEDULE,),
+            label=LABEL,
+        ),
+        AttributePatch(
+            target=ALIGNED_SPLIT,
+            replacement="vllm_gdn_invariant.patches.bi_chunk_grid:make_split",
+            why="a recomputed request's chunks end at its prompt's end",
+            label=LABEL,
+        ),
+    ]
