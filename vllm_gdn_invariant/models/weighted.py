@@ -39,6 +39,22 @@ QWEN3_NEXT_E2E: dict[str, Any] = {
     "norm_topk_prob": True,
 }
 
+# Qwen3-Next's GDN head shapes (16 key and 32 value heads of 128, conv width 4) in a small
+# model otherwise (hidden 512, 4 layers: 3 GDN + 1 attention): the kernels' tiles of the full
+# model's GDN layers, with seeded weights that keep greedy tokens context-dependent.
+QWEN3_NEXT_GDN_DIMS: dict[str, Any] = {
+    **QWEN3_NEXT_E2E,
+    "hidden_size": 512,
+    "intermediate_size": 1024,
+    "head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "moe_intermediate_size": 128,
+    "shared_expert_intermediate_size": 128,
+}
+
 # Dense Qwen3.5 (text part), the dimensions of the tiny Qwen3-Next.
 QWEN3_5_EXTRA_TOKENS = 4  # image, video, vision start/end ids, past the tokenizer's words
 SHARED_WITH_TINY_QWEN3_NEXT = (
@@ -207,7 +223,8 @@ def qwen3_5_weights(text: dict[str, Any], seed: int) -> dict[str, torch.Tensor]:
     return out
 
 
-MODELS = ("qwen3_next", "qwen3_5")
+MODELS = ("qwen3_next", "qwen3_5", "qwen3_next_dims")
+QWEN3_NEXT_CONFIGS = {"qwen3_next": QWEN3_NEXT_E2E, "qwen3_next_dims": QWEN3_NEXT_GDN_DIMS}
 
 # What vLLM shards across tensor-parallel ranks, per model: every count must divide by the size.
 SHARDED_BY_TENSOR_PARALLEL = (
@@ -224,7 +241,7 @@ def text_config(model: str) -> dict[str, Any]:
     """The language model's configuration of :data:`MODELS` ``model`` (Qwen3.5: its text part)."""
     if model not in MODELS:
         raise ValueError(f"model={model!r} is not one of {', '.join(MODELS)}")
-    return dict(QWEN3_NEXT_E2E) if model == "qwen3_next" else dict(QWEN3_5_TEXT)
+    return dict(QWEN3_NEXT_CONFIGS.get(model, QWEN3_5_TEXT))
 
 
 def sharding_problems(config: dict[str, Any], size: int, name: str) -> list[str]:
@@ -259,8 +276,8 @@ def write_weighted_model(folder: str | Path, model: str = "qwen3_next", seed: in
     if model not in MODELS:
         raise ValueError(f"model={model!r} is not one of {', '.join(MODELS)}")
     path = write_tiny_model(folder)
-    if model == "qwen3_next":
-        config = dict(QWEN3_NEXT_E2E)
+    if model in QWEN3_NEXT_CONFIGS:
+        config = dict(QWEN3_NEXT_CONFIGS[model])
         weights = qwen3_next_weights(config, seed)
     else:
         config = qwen3_5_config()

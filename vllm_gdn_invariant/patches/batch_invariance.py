@@ -15,6 +15,7 @@ with its patch note:
 * ``bi_align_block.py``: align-mode (prefix caching) block size on the 64-token grid.
 * ``bi_gated_norm.py``: the gated RMSNorm after the GDN core tiles one row per program.
 * ``bi_packed_decode.py``: vLLM 0.33+: the Blackwell packed-decode value tile is pinned.
+* ``bi_autotune.py``: the autotuned FLA chunk-prefill kernels run one fixed config.
 
 They are installed only when ``VLLM_BATCH_INVARIANT`` is set (read as vLLM reads it) and the
 plugin's mode is not ``off``, together with the routing patch and under the same all-or-nothing
@@ -29,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from vllm_gdn_invariant.patches.base import MethodPatch
 from vllm_gdn_invariant.patches.bi_align_block import align_block_patch
+from vllm_gdn_invariant.patches.bi_autotune import autotune_patches
 from vllm_gdn_invariant.patches.bi_chunk_grid import scheduler_patches
 from vllm_gdn_invariant.patches.bi_gated_norm import gated_norm_patches
 from vllm_gdn_invariant.patches.bi_packed_decode import packed_decode_patch
@@ -67,6 +69,7 @@ def batch_invariance_patches(
         *scheduler_patches(history=history_replay),
         align_block_patch(),
         *gated_norm_patches(_at_least(release, QWEN3_5_FUSED_NORM_SINCE)),
+        *autotune_patches(),
     ]
     if _at_least(release, PACKED_DECODE_TILE_SINCE):
         patches.append(packed_decode_patch())

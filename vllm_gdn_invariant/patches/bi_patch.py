@@ -62,12 +62,13 @@ def is_qwen_gdn_model(model_config: Any) -> bool:
 
 
 def _function_of(value: Any) -> Any:
-    """The Python function behind an attribute: itself, a classmethod's, a Triton kernel's."""
+    """The Python function behind an attribute: itself, a classmethod's, a Triton kernel's
+    (through autotuner and heuristics wrappers)."""
     if isinstance(value, (classmethod, staticmethod)):
         return value.__func__
-    if hasattr(value, "__code__"):
-        return value
-    return getattr(value, "fn", None)
+    while value is not None and not hasattr(value, "__code__"):
+        value = getattr(value, "fn", None)
+    return value
 
 
 @dataclass
