@@ -36,6 +36,8 @@ def test_shadow_off_is_accepted(value):
         ("VLLM_GDN_INVARIANT_STRICT", "2"),
         ("VLLM_GDN_INVARIANT_SHADOW", "1.5"),
         ("VLLM_GDN_INVARIANT_SHADOW", "lots"),
+        ("VLLM_GDN_INVARIANT_REPLAY", "yes"),
+        ("VLLM_GDN_INVARIANT_REPLAY", ""),
     ],
 )
 def test_bad_value_names_variable_value_and_choices(name, value):
@@ -46,6 +48,28 @@ def test_bad_value_names_variable_value_and_choices(name, value):
     assert repr(value) in message
     assert "valid values:" in message
     assert info.value.name == name
+
+
+@pytest.mark.parametrize("value, replay", [("on", True), ("OFF", False), (" off ", False)])
+def test_replay_values(value, replay):
+    assert load_config({"VLLM_GDN_INVARIANT_REPLAY": value}).replay is replay
+
+
+@pytest.mark.parametrize(
+    "mode, replay, batch_invariant, expected",
+    [
+        (Mode.ROUTE, True, True, True),
+        (Mode.GOLDEN, True, True, True),
+        (Mode.GOLDEN, True, False, True),
+        (Mode.ROUTE, True, False, False),  # route alone: prefill is not on the grid
+        (Mode.OFF, True, True, False),
+        (Mode.GOLDEN, False, True, False),
+    ],
+)
+def test_history_replay_applies_under_the_mode_or_in_mode_golden(
+    mode, replay, batch_invariant, expected
+):
+    assert PluginConfig(mode=mode, replay=replay).replays_history(batch_invariant) is expected
 
 
 def test_config_is_frozen():

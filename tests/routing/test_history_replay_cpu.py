@@ -233,7 +233,7 @@ def test_a_step_of_history_rows_alone_replays_them(replayed, setup):
 
 def test_the_builder_patch_attaches_the_plan(monkeypatch, setup):
     _, vllm_config = setup
-    monkeypatch.setattr(replay, "replay_gaps", lambda config: [])
+    monkeypatch.setattr(replay, "replay_gaps", lambda *args: [])
     with applied([replay.builder_patch()]):
         metadata = build_metadata(vllm_config, STEP, CPU)
     plan = getattr(metadata, PLAN_ATTR)
@@ -251,6 +251,26 @@ def test_without_the_v1_model_runner_the_builder_says_so_and_plans_nothing(
     assert any("Model Runner V2" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize(
+    "setting, mode, batch_invariant, reason",
+    [
+        (True, "route", True, None),
+        (True, "golden", False, None),
+        (True, "route", False, "needs VLLM_BATCH_INVARIANT=1 or mode golden"),
+        (True, "off", True, "mode off"),
+        (False, "golden", True, "VLLM_GDN_INVARIANT_REPLAY=off"),
+    ],
+)
+def test_replay_off_reason(setting, mode, batch_invariant, reason):
+    assert replay.replay_off_reason(setting, mode, batch_invariant) == reason
+
+
+def test_replay_summary_names_gaps_or_caveats():
+    assert replay.replay_summary([replay.V2_RUNNER_NOTE], []).startswith("off: vLLM runs Model")
+    text = replay.replay_summary([], [replay.KV_CONNECTOR_NOTE])
+    assert text.startswith("on: ") and "KV connector" in text
+
+
 def test_replay_gaps_name_the_v2_runner_and_speculative_decoding():
     v1 = dataclasses.make_dataclass(
         "C", [("use_v2_model_runner", bool), ("speculative_config", object)]
@@ -258,3 +278,5 @@ def test_replay_gaps_name_the_v2_runner_and_speculative_decoding():
     assert replay.replay_gaps(v1(False, None)) == []
     assert replay.replay_gaps(v1(True, None)) == [replay.V2_RUNNER_NOTE]
     assert replay.replay_gaps(v1(False, object())) == [replay.SPECULATIVE_NOTE]
+    spec = dataclasses.make_dataclass("S", [("num_prefill_checkpoint_blocks", int)])
+    assert replay.replay_gaps(v1(False, None), spec(1)) == [replay.CHECKPOINT_NOTE]

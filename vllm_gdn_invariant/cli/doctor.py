@@ -28,12 +28,27 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from packaging.version import Version
+
 from vllm_gdn_invariant import __version__, cli
 from vllm_gdn_invariant.cli import describe_error
+from vllm_gdn_invariant.patches.bi_patch import batch_invariant_enabled
+from vllm_gdn_invariant.patches.history_replay import (
+    CHECKPOINT_NOTE,
+    KV_CONNECTOR_NOTE,
+    SPECULATIVE_NOTE,
+    V2_RUNNER_NOTE,
+    replay_off_reason,
+    replay_summary,
+)
 from vllm_gdn_invariant.plugin.config import ConfigError, load_config
 from vllm_gdn_invariant.plugin.entry import PluginStatus, plan
 from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
-from vllm_gdn_invariant.plugin.scope import PACKED_DECODE_ENV, routing_scope
+from vllm_gdn_invariant.plugin.scope import (
+    FLASHINFER_CHECKPOINTS_SINCE,
+    PACKED_DECODE_ENV,
+    routing_scope,
+)
 from vllm_gdn_invariant.plugin.versions import installed_vllm, supported_builds
 
 if TYPE_CHECKING:
@@ -306,8 +321,41 @@ def run(args: argparse.Namespace) -> int:
     else:
         lines.append(line("routed", f"not determined: {undetermined}"))
         lines.append(line("left to vLLM", f"not determined: {undetermined}"))
+    lines.append(line("history replay", replay_text(config, served, platform, installed)))
     print("\n".join(lines), flush=True)
     return code
+
+
+def replay_text(config, served, platform: PlatformCheck | None, installed) -> str:
+    """Whether a preempted request's recomputation replays its history, and why not."""
+    try:
+        batch_invariant = batch_invariant_enabled()
+    except ValueError as exc:
+        return f"not determined: {exc}"
+    off = replay_off_reason(config.replay, config.mode.value, batch_invariant)
+    if off is not None:
+        return f"off ({off})"
+    if platform is not None and platform.is_cpu:
+        return "installed, inert on CPU (GDN layers run forward_cpu)"
+    if served is None:
+        return (
+            "on where vLLM runs its V1 model runner without speculative decoding "
+            "(doctor --model DIR [vLLM flags] tells for a deployment)"
+        )
+    gaps = []
+    if not served.v1_model_runner:
+        gaps.append(V2_RUNNER_NOTE)
+    if served.speculative_on:
+        gaps.append(SPECULATIVE_NOTE)
+    release = None if installed is None else installed.release
+    if (
+        served.mamba_cache_mode == "align"
+        and served.prefill_backend == "flashinfer"
+        and release is not None
+        and Version(release) >= FLASHINFER_CHECKPOINTS_SINCE
+    ):
+        gaps.append(CHECKPOINT_NOTE)
+    return replay_summary(gaps, [KV_CONNECTOR_NOTE] if served.kv_connector else [])
 
 
 def main(argv: list[str] | None = None) -> int:

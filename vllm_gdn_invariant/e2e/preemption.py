@@ -126,9 +126,9 @@ class EngineProbe:
         preempt = self.scheduler._preempt_request
         schedule = self.scheduler.schedule
 
-        def count_preemption(request: Any, timestamp: float) -> None:
+        def count_preemption(request: Any, *args: Any, **kwargs: Any) -> None:
             self.preemptions += 1
-            preempt(request, timestamp)
+            preempt(request, *args, **kwargs)
 
         def observe(*args: Any, **kwargs: Any) -> Any:
             before = {
@@ -320,7 +320,10 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
         signature(llm.generate([p], forced_params, use_tqdm=False)[0]) for p in forced_prompts
     ]
     natural_params = SamplingParams(
-        temperature=0.0, max_tokens=NATURAL_NEW_TOKENS, ignore_eos=True, logprobs=TOP_LOGPROBS
+        temperature=0.0,
+        max_tokens=spec["natural_new_tokens"],
+        ignore_eos=True,
+        logprobs=TOP_LOGPROBS,
     )
     natural_prompts = [
         TokensPrompt(prompt_token_ids=prompt_tokens(n, 7 + k, vocab))
@@ -363,6 +366,7 @@ def start_engine(case: EngineCase, args: argparse.Namespace, model_dir: Path, si
         "attention_backend": args.attention_backend,
         "prefill_backend": args.prefill_backend,
         "gpu_memory_utilization": args.gpu_memory_utilization,
+        "natural_new_tokens": args.natural_new_tokens,
     }
     env = engine_env(os.environ, [PLUGIN], site)
     env.update(
@@ -417,6 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parallel", type=int, default=6, help="engines running at once")
     parser.add_argument("--timeout", type=float, default=560.0, help="seconds for all engines")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument(
+        "--natural-new-tokens",
+        type=int,
+        default=NATURAL_NEW_TOKENS,
+        help="tokens each natural-case request generates (fewer: a quicker smoke run)",
+    )
     parser.add_argument(
         "--no-batch-invariant",
         dest="batch_invariant",
@@ -477,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         forced_new_tokens=FORCED_NEW_TOKENS,
         forced_resets_at=list(FORCED_RESETS_AT),
         natural_prompt_lengths=natural_lengths(),
-        natural_new_tokens=NATURAL_NEW_TOKENS,
+        natural_new_tokens=args.natural_new_tokens,
         natural_sampled=list(NATURAL_SAMPLED),
         top_logprobs=TOP_LOGPROBS,
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,

@@ -29,7 +29,9 @@ Where it applies: ``VLLM_GDN_INVARIANT_REPLAY=on`` (the default) with
 builder tells a recomputed history row by vLLM's V1 model runner's ``is_prefilling``
 (``GPUModelRunner._build_attention_metadata``: ``num_computed_tokens < num_prompt_tokens``);
 vLLM's Model Runner V2 computes that flag against the recomputed length instead, so there no
-row is replayed, and the builder says so once in the log. Speculative steps are left to vLLM.
+row is replayed, and the builder says so once in the log (so it does with speculative
+decoding, whose steps are left to vLLM, and where vLLM writes checkpoints inside prefill
+chunks, which the replay does not write); ``doctor`` says the same.
 """
 
 from __future__ import annotations
@@ -60,6 +62,15 @@ SPECULATIVE_NOTE = (
     "speculative decoding is on: preempted requests are recomputed without the history "
     "replay (speculative steps are left to vLLM)"
 )
+CHECKPOINT_NOTE = (
+    "vLLM exports prefill checkpoints inside prefill chunks here (align mode with FlashInfer "
+    "prefill): preempted requests are recomputed without the history replay"
+)
+KV_CONNECTOR_NOTE = (
+    "a KV connector is configured: a request resumed from externally computed tokens starts "
+    "where they end, off its prompt's chunk grid, and its state comes from elsewhere; such a "
+    "request is not recovered bit for bit (locally recomputed requests are)"
+)
 
 logger = logging.getLogger("vllm.gdn_invariant")
 
@@ -69,14 +80,51 @@ def runs_v1_model_runner(vllm_config: Any) -> bool:
     return not bool(getattr(vllm_config, "use_v2_model_runner", True))
 
 
-def replay_gaps(vllm_config: Any) -> list[str]:
+def exports_prefill_checkpoints(kv_cache_spec: Any) -> bool:
+    """Whether the GDN layers write checkpoints inside prefill chunks (vLLM 0.33+ align mode
+    with FlashInfer prefill)."""
+    return bool(getattr(kv_cache_spec, "num_prefill_checkpoint_blocks", 0))
+
+
+def replay_gaps(
+    vllm_config: Any, kv_cache_spec: Any = None, v1_runner: bool | None = None
+) -> list[str]:
     """Why recomputed requests of this configuration are not replayed, in words."""
     gaps = []
-    if not runs_v1_model_runner(vllm_config):
+    if not (runs_v1_model_runner(vllm_config) if v1_runner is None else v1_runner):
         gaps.append(V2_RUNNER_NOTE)
     if getattr(vllm_config, "speculative_config", None) is not None:
         gaps.append(SPECULATIVE_NOTE)
+    if exports_prefill_checkpoints(kv_cache_spec):
+        gaps.append(CHECKPOINT_NOTE)
     return gaps
+
+
+def replay_caveats(vllm_config: Any) -> list[str]:
+    """What the replay does not make exact in this configuration, in words."""
+    if getattr(vllm_config, "kv_transfer_config", None) is not None:
+        return [KV_CONNECTOR_NOTE]
+    return []
+
+
+def replay_off_reason(replay_setting: bool, mode: str, batch_invariant: bool) -> str | None:
+    """Why the plugin's configuration installs no replay (None: it does)."""
+    if not replay_setting:
+        return "VLLM_GDN_INVARIANT_REPLAY=off"
+    if mode == "off":
+        return "mode off"
+    if mode != "golden" and not batch_invariant:
+        return "needs VLLM_BATCH_INVARIANT=1 or mode golden"
+    return None
+
+
+def replay_summary(gaps: list[str], caveats: list[str]) -> str:
+    """One line for ``doctor``: whether recomputed requests replay their history."""
+    if gaps:
+        return "off: " + "; ".join(gaps)
+    return "on: a preempted request's recomputation replays its generated tokens" + (
+        "; " + "; ".join(caveats) if caveats else ""
+    )
 
 
 def make_build(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -87,9 +135,10 @@ def make_build(original: Callable[..., Any]) -> Callable[..., Any]:
     def build(self: Any, common_prefix_len: int, common_attn_metadata: Any, *args, **kwargs):
         metadata = original(self, common_prefix_len, common_attn_metadata, *args, **kwargs)
         if not hasattr(self, "gdn_invariant_replay_gaps"):
-            self.gdn_invariant_replay_gaps = replay_gaps(self.vllm_config)
-            for gap in self.gdn_invariant_replay_gaps:
-                logger.warning("gdn_invariant: %s", gap)
+            self.gdn_invariant_replay_gaps = replay_gaps(self.vllm_config, self.kv_cache_spec)
+            notes = self.gdn_invariant_replay_gaps + replay_caveats(self.vllm_config)
+            for note in notes:
+                logger.warning("gdn_invariant: %s", note)
         if self.gdn_invariant_replay_gaps:
             return metadata
         plan = history_plan(common_attn_metadata, metadata)
