@@ -46,7 +46,7 @@ FORCED_NEW_TOKENS = 64
 FORCED_RESETS_AT = (8, 31)  # generated tokens of the first request at each forced preemption
 FORCED_REPEATS = 2
 NATURAL_PROMPTS = 24
-NATURAL_NEW_TOKENS = 384
+NATURAL_NEW_TOKENS = 448
 NATURAL_SAMPLED = (0, 3, 7, 10, 13, 17, 20, 23)
 TOP_LOGPROBS = 5
 MAX_MODEL_LEN = 2048
@@ -60,8 +60,8 @@ KV_BLOCKS = {
     ("qwen3_next", True): 64,
     ("qwen3_5", False): 32,
     ("qwen3_5", True): 64,
-    ("qwen3_next_dims", False): 16,
-    ("qwen3_next_dims", True): 24,
+    ("qwen3_next_dims", False): 24,
+    ("qwen3_next_dims", True): 40,
 }
 
 
@@ -82,7 +82,7 @@ def prompt_tokens(length: int, k: int, vocab: int) -> list[int]:
 
 
 def natural_lengths() -> list[int]:
-    return [96 + (i * 149) % 385 for i in range(NATURAL_PROMPTS)]
+    return [64 + (i * 149) % 449 for i in range(NATURAL_PROMPTS)]
 
 
 def signature(output: Any) -> dict[str, Any]:
@@ -290,6 +290,14 @@ def llm_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def plugin_summary() -> str | None:
+    """The plugin's one line for this process (the engine runs in it)."""
+    from vllm_gdn_invariant.plugin.entry import registered_status
+
+    status = registered_status()
+    return None if status is None else status.summary()
+
+
 def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     """One engine: baselines, then forced and natural preemption in both arms."""
     from vllm import LLM, SamplingParams
@@ -308,6 +316,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
         "cudagraph_mode": str(config.compilation_config.cudagraph_mode),
         "kv_blocks": probe.scheduler.kv_cache_manager.block_pool.num_gpu_blocks,
         "start_seconds": round(start_seconds, 1),
+        "plugin": plugin_summary(),
     }
     forced_params = SamplingParams(
         temperature=0.0, max_tokens=FORCED_NEW_TOKENS, ignore_eos=True, logprobs=TOP_LOGPROBS
@@ -396,6 +405,17 @@ def write_json(path: Path, provenance: dict[str, Any], cases: list[dict[str, Any
     path.write_text(json.dumps({"provenance": provenance, "cases": cases}, indent=1))
 
 
+def merge(out: Path, inputs: list[Path]) -> None:
+    """Combine files of this script into ``out``: every case, each input's provenance kept
+    under ``provenance.runs``."""
+    runs, cases = [], []
+    for path in inputs:
+        data = json.loads(path.read_text())
+        runs.append({"file": path.name, **data["provenance"]})
+        cases += data["cases"]
+    write_json(out, {"merged_from": [p.name for p in inputs], "runs": runs}, cases)
+
+
 def summary_line(record: dict[str, Any]) -> str:
     head = f"{record['model']} {'graphs' if record['cuda_graphs'] else 'eager'} {record['mode']}"
     if "error" in record:
@@ -435,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
         "smoke run of the protocol)",
     )
     add_engine_arguments(parser, gpu_memory_utilization=0.08)
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", default=None, help="combine these JSON files into --out"
+    )
     parser.add_argument("--run-engine", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     return parser
@@ -470,6 +493,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
+    if args.merge:
+        missing = [str(p) for p in args.merge if not p.is_file()]
+        if missing:
+            parser.error(f"--merge: no such file: {', '.join(missing)}")
+        merge(args.out, args.merge)
+        return 0
     try:
         cases = cases_from(args)
     except ValueError as exc:

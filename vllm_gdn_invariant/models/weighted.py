@@ -41,12 +41,16 @@ QWEN3_NEXT_E2E: dict[str, Any] = {
 
 # Qwen3-Next's GDN head shapes (16 key and 32 value heads of 128, conv width 4) in a small
 # model otherwise (hidden 512, 4 layers: 3 GDN + 1 attention): the kernels' tiles of the full
-# model's GDN layers, with seeded weights that keep greedy tokens context-dependent.
+# model's GDN layers, with seeded weights that keep greedy tokens context-dependent. Eight KV
+# heads of 256 (Qwen3-Next has two) keep vLLM's hybrid KV block at a few hundred tokens
+# beside the 2 MiB recurrent state, so that a long generation grows across blocks.
 QWEN3_NEXT_GDN_DIMS: dict[str, Any] = {
     **QWEN3_NEXT_E2E,
     "hidden_size": 512,
     "intermediate_size": 1024,
-    "head_dim": 128,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "head_dim": 256,
     "linear_num_key_heads": 16,
     "linear_num_value_heads": 32,
     "linear_key_head_dim": 128,

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# GPU machine, vLLM 0.26.0's real engine: the preemption evidence in two stages, one device
+# call each (every call after the staging one carries .device-engine; see
+# ../shared/device/README.md, "The real engine"):
+#   call 1: bash .device-engine-so/stage.sh                              (carry .device-engine-so)
+#   call 2: source .device-engine/enter.sh && bash scripts/h200_preemption_evidence.sh $OUT eager
+#   call 3: source .device-engine/enter.sh && bash scripts/h200_preemption_evidence.sh $OUT graphs
+# Stages:
+#   eager   one engine per model and mode, enforce_eager, prefix caching off, in parallel; beside
+#           them the GPU tests of the history replay and of the pinned prefill configs
+#   graphs  the same engines under vLLM's defaults (torch.compile, CUDA graphs, prefix caching)
+# Usage: h200_preemption_evidence.sh OUT STAGE [LIMIT]; PREEMPTION_MODELS overrides the models.
+# Merge afterwards into docs/evidence/preemption.json (scripts/preemption_determinism.py --merge).
+set -u
+out=$1
+stage=$2
+limit=${3:-560}
+mkdir -p "$out"
+export VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-/tmp/vllm-cache}
+models=${PREEMPTION_MODELS:-qwen3_next,qwen3_5,qwen3_next_dims}
+run=(python scripts/preemption_determinism.py --models "$models" --modes route,golden
+  --parallel 6 --timeout $((limit - 20)))
+case $stage in
+  eager)
+    timeout "$limit" python -m pytest -q -p no:cacheprovider -rs \
+      tests/gpu/test_history_replay_gpu.py tests/gpu/test_autotune_pin_gpu.py \
+      > "$out/pytest_gpu.log" 2>&1 &
+    timeout "$limit" "${run[@]}" --graphs eager --out "$out/preemption_eager.json" \
+      > "$out/preemption_eager.log" 2>&1
+    wait
+    ;;
+  graphs)
+    timeout "$limit" "${run[@]}" --graphs graphs --out "$out/preemption_graphs.json" \
+      > "$out/preemption_graphs.log" 2>&1
+    ;;
+  *)
+    echo "unknown stage $stage" >&2
+    exit 2
+    ;;
+esac
+tail -n 40 "$out"/*.log

@@ -1,0 +1,110 @@
+"""GPU: vLLM's FLA chunk prefill with the autotuned kernels pinned (skipped without CUDA).
+
+Without the pin, which config an autotuner's timings crown changes the prefill's bits
+(forced here by rigging the timings: the first config of every list against the last one);
+with it, every forced outcome gives the bits of the pinned configs, and the pinned configs
+run at Qwen3-Next's and its TP4 ranks' head counts for short and long sequences.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from vllm_gdn_invariant.patches import applied
+from vllm_gdn_invariant.patches.bi_autotune import (
+    AUTOTUNED_KERNELS,
+    FLA_OPS,
+    autotune_patches,
+    find_autotuner,
+)
+from vllm_gdn_invariant.shadow.bits import same_bits
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+K = V = 128
+
+
+def autotuners():
+    found = []
+    for module, name in AUTOTUNED_KERNELS:
+        kernel = getattr(importlib.import_module(f"{FLA_OPS}.{module}"), name)
+        found.append(find_autotuner(kernel))
+    return found
+
+
+def prefill(lengths, heads, seed=0):
+    from vllm.third_party.flash_linear_attention.ops import chunk_gated_delta_rule
+
+    q, k, v, decay, beta = varlen_inputs(sum(lengths), seed, heads, K, V, "cuda")
+    initial = torch.zeros(len(lengths), heads, V, K, dtype=torch.float32, device="cuda")
+    out, final = chunk_gated_delta_rule(
+        q=q,
+        k=k,
+        v=v,
+        g=decay,
+        beta=beta,
+        initial_state=initial,
+        output_final_state=True,
+        cu_seqlens=cu_seqlens(lengths, "cuda"),
+        use_qk_l2norm_in_kernel=True,
+    )
+    torch.cuda.synchronize()
+    return out, final
+
+
+def forced(monkeypatch, pick):
+    """Every autotuner's timings rigged so that ``pick(configs)`` wins; caches emptied."""
+    from triton.runtime.autotuner import Autotuner
+
+    def bench(self, *args, config, **kwargs):
+        return [1.0 if config is pick(self.configs) else 9.0] * 3
+
+    monkeypatch.setattr(Autotuner, "_bench", bench)
+    for tuner in autotuners():
+        tuner.cache.clear()
+
+
+def first(configs):
+    return configs[0]
+
+
+def last(configs):
+    return configs[-1]
+
+
+LENGTHS = [700, 17, 300]
+
+
+def test_the_winning_config_changes_the_bits_without_the_pin(monkeypatch):
+    forced(monkeypatch, first)
+    out_first, final_first = prefill(LENGTHS, 32)
+    forced(monkeypatch, last)
+    out_last, final_last = prefill(LENGTHS, 32)
+    assert not (same_bits(out_first, out_last) and same_bits(final_first, final_last))
+
+
+def test_with_the_pin_every_forced_outcome_gives_the_same_bits(monkeypatch):
+    with applied(autotune_patches()):
+        outs = []
+        for pick in (first, last):
+            forced(monkeypatch, pick)
+            outs.append(prefill(LENGTHS, 32))
+        assert all(len(t.configs) == 1 for t in autotuners())
+    assert same_bits(outs[0][0], outs[1][0]) and same_bits(outs[0][1], outs[1][1])
+
+
+@pytest.mark.parametrize("heads", [32, 8], ids=["qwen3-next", "tp4-rank"])
+@pytest.mark.parametrize("lengths", [[1], [63, 64, 65], [4096, 5]], ids=str)
+def test_the_pinned_configs_run_at_qwen3_next_head_counts(heads, lengths):
+    with applied(autotune_patches()):
+        out, final = prefill(lengths, heads, seed=len(lengths))
+        again, final_again = prefill(lengths, heads, seed=len(lengths))
+    assert not out.isnan().any()
+    assert same_bits(out, again) and same_bits(final, final_again)
