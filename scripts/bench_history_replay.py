@@ -2,9 +2,10 @@
 ``_forward_core`` and kernels; Qwen3-Next's GDN dims, float32 state).
 
 * Steps of requests that were never preempted (64 decode rows alone, and beside two
-  512-token prefills): vLLM's metadata builder plus ``_forward_core`` with the routing alone
-  and with the routing and the history replay installed, alternating arms; host wall time per
-  step and device kernel time per step (``torch.profiler``) for each.
+  512-token prefills): vLLM's metadata builder (one instance for the run, as in the engine)
+  plus ``_forward_core`` with the routing alone and with the routing and the history replay
+  installed, alternating arms; host wall time per step and device kernel time per step
+  (``torch.profiler``) for each.
 * Recomputed history (R rows of L generated tokens each): the replay (one decode step of
   vLLM's decode kernels per token position) against the same rows on the chunk kernels, wall
   time per step with the device synchronized; per replayed token.
@@ -27,12 +28,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vllm_gdn_invariant.harness.layer import (  # noqa: E402
+    PREFIX,
     QWEN3_NEXT_DIMS,
     Request,
-    build_metadata,
+    common_metadata,
     make_layer,
     make_layer_state,
     make_vllm_config,
+    mamba_spec,
     run_core,
     step_inputs,
 )
@@ -57,12 +60,32 @@ def arms():
     }
 
 
+def metadata_builder(vllm_config):
+    """vLLM's GDN metadata builder, made once as the engine makes it (and reused per step)."""
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
+
+    with set_current_vllm_config(vllm_config):
+        return GDNAttentionMetadataBuilder(
+            kv_cache_spec=mamba_spec(vllm_config),
+            layer_names=[PREFIX],
+            vllm_config=vllm_config,
+            device=CUDA,
+        )
+
+
+BUILDER = {}
+
+
 def one_step(vllm_config, state, requests, inputs) -> float:
-    """Build the metadata and run the layer once; host wall seconds (device synchronized)."""
+    """Build the step's metadata (one builder for the run, as in the engine) and run the
+    layer once; host wall seconds (device synchronized)."""
+    builder = BUILDER.setdefault(id(vllm_config), metadata_builder(vllm_config))
+    layer = make_layer(vllm_config, DIMS, state, gqa_interleaved_layout=True)
+    common = common_metadata(requests, CUDA)
     torch.cuda.synchronize()
     start = time.perf_counter()
-    layer = make_layer(vllm_config, DIMS, state, gqa_interleaved_layout=True)
-    metadata = build_metadata(vllm_config, requests, CUDA)
+    metadata = builder.build(common_prefix_len=0, common_attn_metadata=common)
     run_core(layer, vllm_config, metadata, *inputs)
     torch.cuda.synchronize()
     return time.perf_counter() - start

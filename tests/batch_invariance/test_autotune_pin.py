@@ -39,8 +39,9 @@ def config(warps, stages, **tiles):
     [
         ([config(2, 3, BV=32), config(4, 2, BV=32), config(4, 2, BV=64)], 2),
         ([config(1, 2), config(2, 2), config(8, 2)], 1),  # ties on warps: the list's order
-        ([config(4, 3, BK=64, BV=64), config(4, 4, BK=128)], 0),
-        ([config(4, 2, BS=128), config(4, 2, BS=32)], 1),  # tiles above 64 last
+        ([config(4, 3, BK=64, BV=64), config(4, 4, BK=128)], 0),  # stages before tiles
+        ([config(4, 2, BK=64, BV=128), config(4, 2, BK=128, BV=128)], 1),  # then the most
+        ([config(4, 2, BK=32), config(8, 2, BK=128), config(4, 2, BK=128)], 2),
     ],
 )
 def test_the_pinned_config_follows_the_rule(configs, expected):

@@ -18,8 +18,16 @@ fixed config, so that no process picks another tile than the last one.
 * **Remove when**: vLLM pins (or stops autotuning) the FLA chunk kernels under the mode.
 
 The choice is a rule on vLLM's own list (its lists depend on the release and the device), not
-a table: 4 warps, 2 stages and tiles of at most 64 where the list has them, the largest such
-tile, the list's order breaking ties. On vLLM's CPU build the kernels are not Triton objects
+a table: 4 warps and 2 stages where the list has them, then the largest tiles, the list's
+order breaking ties. Measured on the H200 (``scripts/prefill_config_bits.py``, Qwen3-Next's
+32 value heads of 128, free memory filled with NaN before each run): 26 of the lists' 157
+configs give other bits than the first config of their list, repeatably (18 of ``chunk_o``,
+8 of ``merge_16x16_to_64x64_inverse`` on a 4096-token sequence), and six configs of
+``chunk_scaled_dot_kkt`` (a 64-wide key tile with 4 or 8 warps, or a 32-wide one with 8 warps
+and 4 stages: two or more key-tile iterations) are not repeatable, run after run, so a
+process whose autotuner picked one of them gets other bits from one prefill to the next. The
+pinned configs (a 128-wide key tile there: one iteration at Qwen GDN's key dimension) are
+repeatable in every measured case. On vLLM's CPU build the kernels are not Triton objects
 (Triton has no CPU backend there) and the patch leaves them as they are.
 """
 
@@ -50,21 +58,19 @@ AUTOTUNED_KERNELS = (
 TARGETS = tuple(SourceTarget(f"{FLA_OPS}.{module}", name) for module, name in AUTOTUNED_KERNELS)
 PREFERRED_WARPS = 4
 PREFERRED_STAGES = 2
-LARGEST_TILE = 64
 
 
 def pinned_config(configs: Sequence[Any]) -> Any:
-    """The config the pin keeps: the closest to 4 warps, then to 2 stages, with tiles of at
-    most 64 before larger ones, the largest such tile; the list's order breaks ties."""
+    """The config the pin keeps: the closest to 4 warps, then to 2 stages, then the largest
+    tiles (the widest, then the most in all); the list's order breaks ties."""
 
     def rank(config: Any) -> tuple:
         tiles = [v for v in config.kwargs.values() if isinstance(v, int)]
-        widest = max(tiles, default=0)
         return (
             abs(config.num_warps - PREFERRED_WARPS),
             abs(config.num_stages - PREFERRED_STAGES),
-            widest > LARGEST_TILE,
-            -widest,
+            -max(tiles, default=0),
+            -sum(tiles),
         )
 
     return min(configs, key=rank)
