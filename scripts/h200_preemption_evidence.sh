@@ -9,6 +9,8 @@
 #   eager   one engine per model and mode, enforce_eager, prefix caching off, in parallel; beside
 #           them the GPU tests of the history replay and of the pinned prefill configs
 #   graphs  the same engines under vLLM's defaults (torch.compile, CUDA graphs, prefix caching)
+#   v2      the tiny Qwen3-Next and the dims model, eager and graphs, on Model Runner V2
+#           (VLLM_USE_V2_MODEL_RUNNER=1; vLLM 0.26 picks V1 for hybrid models by itself)
 # Usage: h200_preemption_evidence.sh OUT STAGE [LIMIT]; PREEMPTION_MODELS overrides the models.
 # Merge afterwards into docs/evidence/preemption.json (scripts/preemption_determinism.py --merge).
 set -u
@@ -32,6 +34,11 @@ case $stage in
   graphs)
     timeout "$limit" "${run[@]}" --graphs graphs --out "$out/preemption_graphs.json" \
       > "$out/preemption_graphs.log" 2>&1
+    ;;
+  v2)
+    timeout "$limit" python scripts/preemption_determinism.py --models qwen3_next,qwen3_next_dims \
+      --modes route,golden --graphs eager,graphs --model-runner v2 --parallel 8 \
+      --timeout $((limit - 20)) --out "$out/preemption_v2.json" > "$out/preemption_v2.log" 2>&1
     ;;
   *)
     echo "unknown stage $stage" >&2

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import types
 
+import numpy as np
 import pytest
 import torch
 
@@ -28,7 +30,13 @@ from vllm_gdn_invariant.harness.layer import (
 )
 from vllm_gdn_invariant.patches import applied, routing_patch
 from vllm_gdn_invariant.patches import history_replay as replay
-from vllm_gdn_invariant.patches.history_plan import PLAN_ATTR, history_plan, history_rows
+from vllm_gdn_invariant.patches.history_plan import (
+    PLAN_ATTR,
+    current_past_prompt,
+    history_plan,
+    history_rows,
+    step_past_prompt,
+)
 from vllm_gdn_invariant.shadow.bits import same_bits
 
 from . import standins
@@ -231,24 +239,78 @@ def test_a_step_of_history_rows_alone_replays_them(replayed, setup):
     assert same_bits(after.conv_state[[1, 2]], want.conv_state[[1, 2]])
 
 
-def test_the_builder_patch_attaches_the_plan(monkeypatch, setup):
+def test_the_builder_patch_attaches_the_plan_from_is_prefilling_with_the_v1_runner(
+    monkeypatch, setup
+):
     _, vllm_config = setup
     monkeypatch.setattr(replay, "replay_gaps", lambda *args: [])
+    monkeypatch.setattr(replay, "runs_v1_model_runner", lambda config: True)
     with applied([replay.builder_patch()]):
         metadata = build_metadata(vllm_config, STEP, CPU)
     plan = getattr(metadata, PLAN_ATTR)
     assert plan.rows == (3, 5, 6)
 
 
-def test_without_the_v1_model_runner_the_builder_says_so_and_plans_nothing(
+# Model Runner V2 counts a recomputed request's generated tokens as prefilling.
+V2_STEP = [dataclasses.replace(r, prefilling=r.query_len > 1) for r in STEP]
+
+
+def test_with_the_v2_runner_the_model_states_flags_name_the_history_rows(monkeypatch, setup):
+    _, vllm_config = setup
+    monkeypatch.setattr(replay, "replay_gaps", lambda *args: [])
+    monkeypatch.setattr(replay, "runs_v1_model_runner", lambda config: False)
+    flags = [r.context > 0 and not r.prefilling for r in STEP]
+    with applied([replay.builder_patch()]):
+        assert not hasattr(build_metadata(vllm_config, V2_STEP, CPU), PLAN_ATTR)
+        with step_past_prompt(flags):
+            metadata = build_metadata(vllm_config, V2_STEP, CPU)
+    assert getattr(metadata, PLAN_ATTR).rows == (3, 5, 6)
+
+
+def test_v2_metadata_built_without_the_flags_is_not_replayed_and_says_so(
     monkeypatch, setup, caplog
 ):
     _, vllm_config = setup
+    monkeypatch.setattr(replay, "replay_gaps", lambda *args: [])
     monkeypatch.setattr(replay, "runs_v1_model_runner", lambda config: False)
     with applied([replay.builder_patch()]), caplog.at_level(logging.WARNING):
         metadata = build_metadata(vllm_config, STEP, CPU)
     assert not hasattr(metadata, PLAN_ATTR)
-    assert any("Model Runner V2" in r.getMessage() for r in caplog.records)
+    assert any(replay.V2_UNREPORTED_NOTE in r.getMessage() for r in caplog.records)
+
+
+class FakeModelState:
+    """The two methods of vLLM's ``MambaHybridModelState`` the V2 patches wrap."""
+
+    def __init__(self):
+        self.seen = []
+
+    def add_request(self, req_index, new_req_data):
+        pass
+
+    def prepare_attn(self, input_batch, *args, **kwargs):
+        self.seen.append(current_past_prompt())
+        return "metadata"
+
+
+def test_the_v2_model_state_records_prompts_and_flags_each_step():
+    add = replay.make_add_request(FakeModelState.add_request)
+    prepare = replay.make_prepare_attn(FakeModelState.prepare_attn)
+    state = FakeModelState()
+    new = types.SimpleNamespace
+    add(state, 5, new(prompt_token_ids=[1] * 300, prompt_embeds=None))
+    add(state, 2, new(prompt_token_ids=None, prompt_embeds=torch.zeros(40, 8)))
+    batch = new(
+        num_reqs=3,
+        num_computed_tokens_np=np.array([300, 12, 41, 999]),
+        idx_mapping_np=np.array([5, 2, 2, 7]),
+    )
+    assert prepare(state, batch, "more", key=1) == "metadata"
+    assert state.seen == [[True, False, True]]
+    assert current_past_prompt() is None  # only while vLLM prepares the step
+    dummy = new(num_reqs=1, num_computed_tokens_np=np.array([0]), idx_mapping_np=np.array([9]))
+    prepare(state, dummy)
+    assert state.seen[-1] == [False]  # a slot without a recorded prompt: a dummy run
 
 
 @pytest.mark.parametrize(
@@ -266,17 +328,14 @@ def test_replay_off_reason(setting, mode, batch_invariant, reason):
 
 
 def test_replay_summary_names_gaps_or_caveats():
-    assert replay.replay_summary([replay.V2_RUNNER_NOTE], []).startswith("off: vLLM runs Model")
+    assert replay.replay_summary([replay.SPECULATIVE_NOTE], []).startswith("off: speculative")
     text = replay.replay_summary([], [replay.KV_CONNECTOR_NOTE])
     assert text.startswith("on: ") and "KV connector" in text
 
 
-def test_replay_gaps_name_the_v2_runner_and_speculative_decoding():
-    v1 = dataclasses.make_dataclass(
-        "C", [("use_v2_model_runner", bool), ("speculative_config", object)]
-    )
-    assert replay.replay_gaps(v1(False, None)) == []
-    assert replay.replay_gaps(v1(True, None)) == [replay.V2_RUNNER_NOTE]
-    assert replay.replay_gaps(v1(False, object())) == [replay.SPECULATIVE_NOTE]
+def test_replay_gaps_name_speculative_decoding_and_in_chunk_checkpoints():
+    config = dataclasses.make_dataclass("C", [("speculative_config", object)])
+    assert replay.replay_gaps(config(None)) == []
+    assert replay.replay_gaps(config(object())) == [replay.SPECULATIVE_NOTE]
     spec = dataclasses.make_dataclass("S", [("num_prefill_checkpoint_blocks", int)])
-    assert replay.replay_gaps(v1(False, None), spec(1)) == [replay.CHECKPOINT_NOTE]
+    assert replay.replay_gaps(config(None), spec(1)) == [replay.CHECKPOINT_NOTE]

@@ -37,7 +37,6 @@ from vllm_gdn_invariant.patches.history_replay import (
     CHECKPOINT_NOTE,
     KV_CONNECTOR_NOTE,
     SPECULATIVE_NOTE,
-    V2_RUNNER_NOTE,
     replay_off_reason,
     replay_summary,
 )
@@ -339,12 +338,10 @@ def replay_text(config, served, platform: PlatformCheck | None, installed) -> st
         return "installed, inert on CPU (GDN layers run forward_cpu)"
     if served is None:
         return (
-            "on where vLLM runs its V1 model runner without speculative decoding "
+            "on without speculative decoding and in-chunk prefill checkpoints "
             "(doctor --model DIR [vLLM flags] tells for a deployment)"
         )
     gaps = []
-    if not served.v1_model_runner:
-        gaps.append(V2_RUNNER_NOTE)
     if served.speculative_on:
         gaps.append(SPECULATIVE_NOTE)
     release = None if installed is None else installed.release

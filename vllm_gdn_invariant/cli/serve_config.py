@@ -26,7 +26,6 @@ from vllm.usage.usage_lib import UsageContext
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 from vllm_gdn_invariant.cli import describe_error
-from vllm_gdn_invariant.patches.history_replay import runs_v1_model_runner
 
 
 class ServeFlagsError(ValueError):
@@ -51,7 +50,6 @@ class ServeConfig:
     prefill_backend: str | None
     prefill_backend_error: str | None
     speculative: str | None
-    v1_model_runner: bool = True
     kv_connector: bool = False
 
     @property
@@ -101,6 +99,5 @@ def build_serve_config(model: str, flags: Sequence[str]) -> ServeConfig:
         prefill_backend=active,
         prefill_backend_error=error,
         speculative=speculative,
-        v1_model_runner=runs_v1_model_runner(vllm_config),
         kv_connector=vllm_config.kv_transfer_config is not None,
     )

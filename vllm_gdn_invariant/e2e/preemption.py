@@ -70,10 +70,13 @@ class EngineCase:
     model: str
     cuda_graphs: bool
     mode: str
+    model_runner: str = "default"  # "v1", "v2": VLLM_USE_V2_MODEL_RUNNER=0/1; vLLM's choice
 
     @property
     def name(self) -> str:
-        return f"{self.model}-{'graphs' if self.cuda_graphs else 'eager'}-{self.mode}"
+        setting = "graphs" if self.cuda_graphs else "eager"
+        runner = "" if self.model_runner == "default" else f"-{self.model_runner}"
+        return f"{self.model}-{setting}-{self.mode}{runner}"
 
 
 def prompt_tokens(length: int, k: int, vocab: int) -> list[int]:
@@ -315,6 +318,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
         "mamba_ssm_cache_dtype": str(config.cache_config.mamba_ssm_cache_dtype),
         "cudagraph_mode": str(config.compilation_config.cudagraph_mode),
         "kv_blocks": probe.scheduler.kv_cache_manager.block_pool.num_gpu_blocks,
+        "model_runner": "v1" if not getattr(config, "use_v2_model_runner", True) else "v2",
         "start_seconds": round(start_seconds, 1),
         "plugin": plugin_summary(),
     }
@@ -356,7 +360,12 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def case_records(case: EngineCase, outcome: dict[str, Any], log: str) -> list[dict[str, Any]]:
-    common = {"model": case.model, "cuda_graphs": case.cuda_graphs, "mode": case.mode}
+    common = {
+        "model": case.model,
+        "cuda_graphs": case.cuda_graphs,
+        "mode": case.mode,
+        "model_runner_asked": case.model_runner,
+    }
     if "error" in outcome:
         return [{**common, "error": outcome["error"], "log_tail": log[-4000:]}]
     lines = [line.strip() for line in log.splitlines() if "gdn_invariant" in line]
@@ -385,6 +394,8 @@ def start_engine(case: EngineCase, args: argparse.Namespace, model_dir: Path, si
         VLLM_USE_FLASHINFER_SAMPLER="0",
         PYTHONUNBUFFERED="1",
     )
+    if case.model_runner != "default":
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if case.model_runner == "v2" else "0"
     folder = Path(tempfile.mkdtemp(prefix=f"gdn_preempt_{case.name}_"))
     result, log = folder / "result.json", folder / "engine.log"
     command = [
@@ -416,8 +427,42 @@ def merge(out: Path, inputs: list[Path]) -> None:
     write_json(out, {"merged_from": [p.name for p in inputs], "runs": runs}, cases)
 
 
+def results_table(records: list[dict[str, Any]]) -> str:
+    """The Markdown table of a file's records: per engine, identical/compared and preemptions
+    for each kind and arm, summed over the forced repeats."""
+    cells: dict[tuple, dict[tuple, list[int]]] = {}
+    for r in records:
+        if "error" in r:
+            continue
+        runner = r.get("engine", {}).get("model_runner", "v1")
+        engine = (r["model"], "graphs" if r["cuda_graphs"] else "eager", r["mode"], runner)
+        total = cells.setdefault(engine, {}).setdefault((r["kind"], r["arm"]), [0, 0, 0])
+        total[0] += r["identical"]
+        total[1] += r["compared"]
+        total[2] += r["preemptions"]
+    columns = [
+        ("forced", "replay"),
+        ("forced", "control"),
+        ("natural", "replay"),
+        ("natural", "control"),
+    ]
+    lines = [
+        "| model | setting | mode | runner | " + " | ".join(f"{k} {a}" for k, a in columns) + " |",
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in columns) + " |",
+    ]
+    for engine in sorted(cells):
+        row = []
+        for column in columns:
+            same, compared, preempted = cells[engine].get(column, [0, 0, 0])
+            row.append(f"{same}/{compared} ({preempted} preemptions)")
+        lines.append("| " + " | ".join(engine) + " | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def summary_line(record: dict[str, Any]) -> str:
     head = f"{record['model']} {'graphs' if record['cuda_graphs'] else 'eager'} {record['mode']}"
+    if record.get("model_runner_asked", "default") != "default":
+        head += f" runner {record['model_runner_asked']}"
     if "error" in record:
         return f"{head}: ERROR {record['error']}"
     return (
@@ -438,6 +483,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", default="qwen3_next,qwen3_5,qwen3_next_dims")
     parser.add_argument("--graphs", default="eager,graphs", help="eager, graphs or both")
     parser.add_argument("--modes", default="route,golden")
+    parser.add_argument(
+        "--model-runner",
+        choices=("default", "v1", "v2"),
+        default="default",
+        help="vLLM's model runner (VLLM_USE_V2_MODEL_RUNNER=0/1; default: vLLM's choice)",
+    )
     parser.add_argument("--parallel", type=int, default=6, help="engines running at once")
     parser.add_argument("--timeout", type=float, default=560.0, help="seconds for all engines")
     parser.add_argument("--workdir", type=Path, default=None)
@@ -458,6 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--merge", type=Path, nargs="+", default=None, help="combine these JSON files into --out"
     )
+    parser.add_argument(
+        "--table", type=Path, default=None, help="print the results table of this JSON file"
+    )
     parser.add_argument("--run-engine", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     return parser
@@ -475,7 +529,12 @@ def cases_from(args: argparse.Namespace) -> list[EngineCase]:
     modes = [m for m in args.modes.split(",") if m]
     if any(m not in MODES for m in modes):
         raise ValueError(f"--modes: {', '.join(MODES)}")
-    return [EngineCase(m, graphs[g], mode) for m in models for g in settings for mode in modes]
+    return [
+        EngineCase(m, graphs[g], mode, args.model_runner)
+        for m in models
+        for g in settings
+        for mode in modes
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -490,6 +549,9 @@ def main(argv: list[str] | None = None) -> int:
 
             outcome = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
         args.result.write_text(json.dumps(outcome))
+        return 0
+    if args.table is not None:
+        print(results_table(json.loads(args.table.read_text())["cases"]))
         return 0
     if args.out is None:
         parser.error("--out is required")

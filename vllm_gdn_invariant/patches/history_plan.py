@@ -5,8 +5,10 @@ prompt and then over the tokens it had generated (its history). With the schedul
 ``bi_chunk_grid.py`` a chunk never straddles the prompt's end, so a non-speculative prefill
 row is a history row exactly when its request is past its prompt. vLLM's V1 model runner
 says that per row in ``CommonAttentionMetadata.is_prefilling`` (``num_computed_tokens <
-num_prompt_tokens``, ``GPUModelRunner._build_attention_metadata``); the builder has no other
-notion of where a prompt ends.
+num_prompt_tokens``, ``GPUModelRunner._build_attention_metadata``). Model Runner V2 computes
+``is_prefilling`` against the recomputed length; there the mamba model state's patch
+(``history_replay.py``) says which rows are past their prompt for the step it prepares
+(:func:`step_past_prompt`), and the builder reads that instead.
 
 :func:`history_plan` reads only CPU tensors (no device sync) and lays the history tokens out
 step-major: the replay's step ``t`` takes token ``t`` of every history row still that long,
@@ -17,12 +19,33 @@ vLLM's ``GDNAttentionMetadataBuilder.build`` attaches the plan to the metadata i
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 PLAN_ATTR = "gdn_invariant_history"
+_step = threading.local()
+
+
+@contextlib.contextmanager
+def step_past_prompt(flags: Sequence[bool]) -> Iterator[None]:
+    """Within the block, the metadata being built is for a step whose row ``i`` is past its
+    prompt when ``flags[i]`` (Model Runner V2's mamba model state sets it)."""
+    saved = getattr(_step, "flags", None)
+    _step.flags = flags
+    try:
+        yield
+    finally:
+        _step.flags = saved
+
+
+def current_past_prompt() -> Sequence[bool] | None:
+    """The flags of :func:`step_past_prompt` for the step being prepared, or None."""
+    return getattr(_step, "flags", None)
 
 
 @dataclass(frozen=True)
@@ -52,28 +75,34 @@ class HistoryPlan:
         return sum(self.lengths)
 
 
-def history_rows(common_attn_metadata: Any, num_decodes: int) -> list[int]:
+def history_rows(
+    common_attn_metadata: Any, num_decodes: int, past_prompt: Sequence[bool] | None = None
+) -> list[int]:
     """The non-speculative prefill rows whose request is past its prompt.
 
     Rows ``num_decodes`` and later are the step's prefills (the builder's decode-first order);
-    a row with no tokens is padding. Without ``is_prefilling`` (metadata that does not carry
-    it) no row is a history row.
+    a row with no tokens is padding. ``past_prompt`` (Model Runner V2) says per row whether
+    its request is past its prompt; without it ``is_prefilling`` (V1) does, and metadata that
+    carries neither has no history row.
     """
-    prefilling = getattr(common_attn_metadata, "is_prefilling", None)
-    if prefilling is None:
-        return []
-    num_reqs = common_attn_metadata.num_reqs
+    if past_prompt is None:
+        prefilling = getattr(common_attn_metadata, "is_prefilling", None)
+        if prefilling is None:
+            return []
+        past_prompt = [not flag for flag in prefilling.tolist()]
+    num_reqs = min(common_attn_metadata.num_reqs, len(past_prompt))
     query_lens = common_attn_metadata.query_start_loc_cpu[: num_reqs + 1].diff().tolist()
-    flags = prefilling.cpu().tolist() if prefilling.is_cuda else prefilling.tolist()
-    return [row for row in range(num_decodes, num_reqs) if query_lens[row] > 0 and not flags[row]]
+    return [row for row in range(num_decodes, num_reqs) if query_lens[row] > 0 and past_prompt[row]]
 
 
-def history_plan(common_attn_metadata: Any, metadata: Any) -> HistoryPlan | None:
+def history_plan(
+    common_attn_metadata: Any, metadata: Any, past_prompt: Sequence[bool] | None = None
+) -> HistoryPlan | None:
     """The replay plan of a step, or None when no row replays history (or the step has
     speculative rows, which are left to vLLM)."""
     if metadata.spec_sequence_masks is not None or metadata.num_prefills == 0:
         return None
-    rows = history_rows(common_attn_metadata, metadata.num_decodes)
+    rows = history_rows(common_attn_metadata, metadata.num_decodes, past_prompt)
     if not rows:
         return None
     qsl = common_attn_metadata.query_start_loc_cpu.tolist()

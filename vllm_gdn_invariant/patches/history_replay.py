@@ -11,6 +11,10 @@
   - ``Scheduler.__init__`` / ``Scheduler._mamba_block_aligned_split``: the chunk-grid patch
     (``bi_chunk_grid.py``) with the prompt-end rule; in mode golden without batch-invariant
     mode the rule alone.
+  - Model Runner V2 (``vllm/v1/worker/gpu/model_states/mamba_hybrid.py``):
+    ``MambaHybridModelState.add_request``, wrapped to keep each request slot's prompt length,
+    and ``MambaHybridModelState.prepare_attn``, wrapped to say which rows of the step it
+    prepares are past their prompt while vLLM builds the step's metadata.
 * **Why**: under KV-cache pressure vLLM preempts a request and later recomputes it as prefill
   chunks over its prompt and every token it generated. Those tokens' GDN states were first
   built by decode steps (conv update + packed decode, or mode golden's kernels), one token at
@@ -27,11 +31,13 @@
 Where it applies: ``VLLM_GDN_INVARIANT_REPLAY=on`` (the default) with
 ``VLLM_BATCH_INVARIANT=1`` in modes ``route`` and ``golden``, and in mode ``golden``. The
 builder tells a recomputed history row by vLLM's V1 model runner's ``is_prefilling``
-(``GPUModelRunner._build_attention_metadata``: ``num_computed_tokens < num_prompt_tokens``);
-vLLM's Model Runner V2 computes that flag against the recomputed length instead, so there no
-row is replayed, and the builder says so once in the log (so it does with speculative
-decoding, whose steps are left to vLLM, and where vLLM writes checkpoints inside prefill
-chunks, which the replay does not write); ``doctor`` says the same.
+(``GPUModelRunner._build_attention_metadata``: ``num_computed_tokens < num_prompt_tokens``)
+or, with Model Runner V2 (whose ``is_prefilling`` counts the recomputed length), by the flags
+the mamba model state's wrapper computes from the slot's prompt length and the row's
+``num_computed_tokens`` (``GPUModelRunner.prepare_inputs``). With speculative decoding (its
+steps are left to vLLM) and where vLLM writes checkpoints inside prefill chunks (which the
+replay does not write) no row is replayed; the builder says so once in the log, and
+``doctor`` says the same.
 """
 
 from __future__ import annotations
@@ -43,7 +49,12 @@ from typing import Any
 from vllm_gdn_invariant.patches.base import SourceTarget
 from vllm_gdn_invariant.patches.bi_chunk_grid import ALIGNED_SPLIT, SCHEDULE, SCHEDULER_INIT
 from vllm_gdn_invariant.patches.bi_patch import AttributePatch
-from vllm_gdn_invariant.patches.history_plan import PLAN_ATTR, history_plan
+from vllm_gdn_invariant.patches.history_plan import (
+    PLAN_ATTR,
+    current_past_prompt,
+    history_plan,
+    step_past_prompt,
+)
 from vllm_gdn_invariant.patches.routing import METADATA_BUILD, SPLIT_DECODES
 
 LABEL = "history-replay"
@@ -52,11 +63,18 @@ V1_BUILD_ATTENTION_METADATA = SourceTarget(
     V1_RUNNER_MODULE, "GPUModelRunner._build_attention_metadata"
 )
 COMMON_METADATA_CLASS = SourceTarget("vllm.v1.attention.backend", "CommonAttentionMetadata")
+V2_STATE_MODULE = "vllm.v1.worker.gpu.model_states.mamba_hybrid"
+V2_ADD_REQUEST = SourceTarget(V2_STATE_MODULE, "MambaHybridModelState.add_request")
+V2_PREPARE_ATTN = SourceTarget(V2_STATE_MODULE, "MambaHybridModelState.prepare_attn")
+V2_PREPARE_INPUTS = SourceTarget(
+    "vllm.v1.worker.gpu.model_runner", "GPUModelRunner.prepare_inputs"
+)
+V2_INPUT_BATCH = SourceTarget("vllm.v1.worker.gpu.input_batch", "InputBatch")
+PROMPT_LENS_ATTR = "gdn_invariant_prompt_lens"
 
-V2_RUNNER_NOTE = (
-    "vLLM runs Model Runner V2, whose is_prefilling does not tell a recomputed request's "
-    "generated tokens from its prompt: preempted requests are recomputed without the history "
-    "replay (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner, where the replay applies)"
+V2_UNREPORTED_NOTE = (
+    "Model Runner V2 built GDN metadata outside the mamba model state's prepare_attn: that "
+    "step's rows are not replayed"
 )
 SPECULATIVE_NOTE = (
     "speculative decoding is on: preempted requests are recomputed without the history "
@@ -86,13 +104,9 @@ def exports_prefill_checkpoints(kv_cache_spec: Any) -> bool:
     return bool(getattr(kv_cache_spec, "num_prefill_checkpoint_blocks", 0))
 
 
-def replay_gaps(
-    vllm_config: Any, kv_cache_spec: Any = None, v1_runner: bool | None = None
-) -> list[str]:
+def replay_gaps(vllm_config: Any, kv_cache_spec: Any = None) -> list[str]:
     """Why recomputed requests of this configuration are not replayed, in words."""
     gaps = []
-    if not (runs_v1_model_runner(vllm_config) if v1_runner is None else v1_runner):
-        gaps.append(V2_RUNNER_NOTE)
     if getattr(vllm_config, "speculative_config", None) is not None:
         gaps.append(SPECULATIVE_NOTE)
     if exports_prefill_checkpoints(kv_cache_spec):
@@ -141,12 +155,60 @@ def make_build(original: Callable[..., Any]) -> Callable[..., Any]:
                 logger.warning("gdn_invariant: %s", note)
         if self.gdn_invariant_replay_gaps:
             return metadata
-        plan = history_plan(common_attn_metadata, metadata)
+        past_prompt = current_past_prompt()
+        if past_prompt is None and not runs_v1_model_runner(self.vllm_config):
+            if metadata.num_prefills and not getattr(self, "gdn_invariant_unreported", False):
+                self.gdn_invariant_unreported = True
+                logger.warning("gdn_invariant: %s", V2_UNREPORTED_NOTE)
+            return metadata
+        plan = history_plan(common_attn_metadata, metadata, past_prompt)
         if plan is not None:
             setattr(metadata, PLAN_ATTR, plan)
         return metadata
 
     return build
+
+
+def prompt_length(new_req_data: Any) -> int:
+    """A new (or resumed) request's prompt length, from vLLM's ``NewRequestData``."""
+    if new_req_data.prompt_token_ids is not None:
+        return len(new_req_data.prompt_token_ids)
+    return int(new_req_data.prompt_embeds.shape[0])
+
+
+def make_add_request(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``MambaHybridModelState.add_request`` that keeps the slot's prompt length."""
+
+    def add_request(self: Any, req_index: int, new_req_data: Any) -> None:
+        original(self, req_index, new_req_data)
+        lengths = self.__dict__.setdefault(PROMPT_LENS_ATTR, {})
+        lengths[req_index] = prompt_length(new_req_data)
+
+    return add_request
+
+
+def past_prompt_flags(input_batch: Any, prompt_lens: dict[int, int]) -> list[bool]:
+    """Per row of a V2 input batch: whether its request has computed its whole prompt (a slot
+    with no recorded prompt, a dummy run's, is not)."""
+    rows = input_batch.num_reqs
+    computed = input_batch.num_computed_tokens_np[:rows].tolist()
+    slots = input_batch.idx_mapping_np[:rows].tolist()
+    return [
+        slot in prompt_lens and done >= prompt_lens[slot]
+        for done, slot in zip(computed, slots, strict=True)
+    ]
+
+
+def make_prepare_attn(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``MambaHybridModelState.prepare_attn`` that says, while vLLM builds the step's
+    metadata, which rows are past their prompt."""
+
+    def prepare_attn(self: Any, input_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        flags = past_prompt_flags(input_batch, self.__dict__.get(PROMPT_LENS_ATTR, {}))
+        with step_past_prompt(flags):
+            return original(self, input_batch, *args, **kwargs)
+
+    return prepare_attn
 
 
 def builder_patch() -> AttributePatch:
@@ -157,6 +219,25 @@ def builder_patch() -> AttributePatch:
         relies_on=(V1_BUILD_ATTENTION_METADATA, COMMON_METADATA_CLASS, SPLIT_DECODES),
         label=LABEL,
     )
+
+
+def model_state_patches() -> list[AttributePatch]:
+    """Model Runner V2's mamba model state: prompt lengths per slot, past-prompt rows per step."""
+    return [
+        AttributePatch(
+            target=V2_ADD_REQUEST,
+            replacement="vllm_gdn_invariant.patches.history_replay:make_add_request",
+            why="keep each request slot's prompt length (Model Runner V2)",
+            label=LABEL,
+        ),
+        AttributePatch(
+            target=V2_PREPARE_ATTN,
+            replacement="vllm_gdn_invariant.patches.history_replay:make_prepare_attn",
+            why="say which rows of the step are past their prompt (Model Runner V2)",
+            relies_on=(V2_PREPARE_INPUTS, V2_INPUT_BATCH),
+            label=LABEL,
+        ),
+    ]
 
 
 def history_scheduler_patches() -> list[AttributePatch]:

@@ -25,7 +25,11 @@ from vllm_gdn_invariant.patches import MethodPatch, PatchError, apply_all, routi
 from vllm_gdn_invariant.patches.batch_invariance import describe_patches, invariance_patches
 from vllm_gdn_invariant.patches.bi_patch import batch_invariant_enabled
 from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
-from vllm_gdn_invariant.patches.history_replay import builder_patch, history_scheduler_patches
+from vllm_gdn_invariant.patches.history_replay import (
+    builder_patch,
+    history_scheduler_patches,
+    model_state_patches,
+)
 from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.plugin.config import Mode, PluginConfig, load_config
 from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
@@ -72,7 +76,7 @@ def patches_for(config: PluginConfig) -> list[MethodPatch]:
     if config.mode is Mode.GOLDEN:
         patches += golden_decode_patches()
     if replay:
-        patches.append(builder_patch())
+        patches += [builder_patch(), *model_state_patches()]
         if not batch_invariant:
             patches += history_scheduler_patches()
     if config.shadow.enabled:
