@@ -236,6 +236,8 @@ def bench_layer_case(
             checker, lambda: wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out), steps
         )
     checker_module.install(None)
+    for owned in (*checkers.values(), checker):
+        owned.close()
     result = {
         "level": "layer",
         "decodes": decodes,
@@ -482,6 +484,9 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
         }
     except Exception as exc:  # noqa: BLE001 - the timed rounds stand without the profiles
         result["profile_error"] = repr(exc)
+    checker_module.install(None)
+    for checker in checkers.values():
+        checker.close()
     print_result(result)
     return [result]
 
