@@ -253,7 +253,7 @@ class ShadowChecker:
         site = make_site(found)
         snapshot = take_snapshot(
             draw.start,
-            min(limit, num_decodes),
+            min(draw.count, limit),  # this layer's cap, should it be below the drawing one's
             state_indices[:num_decodes],
             site.conv_cache,
             site.ssm_cache,
