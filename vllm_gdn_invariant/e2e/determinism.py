@@ -321,12 +321,6 @@ def case_record(case: Case, result: dict[str, Any], log: str, seconds: float) ->
     return record
 
 
-def _text(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        return output.decode(errors="replace")
-    return output or ""
-
-
 def run_in_subprocess(
     case: Case, args: argparse.Namespace, model_dir: Path, site: Path, timeout: float
 ) -> dict[str, Any]:
