@@ -9,6 +9,8 @@ See vllm_gdn_invariant/e2e/bench.py for the model, the workloads and the JSON fi
 
 import sys
 
+import checkout  # noqa: F401 - this checkout first on sys.path
+
 from vllm_gdn_invariant.e2e.bench import main
 
 if __name__ == "__main__":

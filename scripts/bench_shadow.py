@@ -54,31 +54,28 @@ from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
-
-from vllm_gdn_invariant.e2e.engine_options import (  # noqa: E402
+from vllm_gdn_invariant.e2e.engine_options import (
     add_engine_arguments,
     engine_options,
 )
-from vllm_gdn_invariant.e2e.plugin_site import (  # noqa: E402
+from vllm_gdn_invariant.e2e.plugin_site import (
     PLUGIN,
     installed_entry_point,
     plugin_site,
 )
-from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.harness.shadow_records import group_checks  # noqa: E402
-from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT, words, write_tiny_model  # noqa: E402
-from vllm_gdn_invariant.shadow import checker as checker_module  # noqa: E402
-from vllm_gdn_invariant.shadow import compare as compare_module  # noqa: E402
-from vllm_gdn_invariant.shadow.config import parse_shadow  # noqa: E402
-from vllm_gdn_invariant.shadow.metrics import ShadowMetrics  # noqa: E402
-from vllm_gdn_invariant.shadow.record import read_records  # noqa: E402
+from vllm_gdn_invariant.harness.provenance import provenance
+from vllm_gdn_invariant.harness.shadow_records import group_checks
+from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT, words, write_tiny_model
+from vllm_gdn_invariant.shadow import checker as checker_module
+from vllm_gdn_invariant.shadow import compare as compare_module
+from vllm_gdn_invariant.shadow.config import parse_shadow
+from vllm_gdn_invariant.shadow.metrics import ShadowMetrics
+from vllm_gdn_invariant.shadow.record import read_records
 
 ARMS = ("off", "1/64", "1")
 CUDA = torch.device("cuda")

@@ -13,6 +13,8 @@ vllm_gdn_invariant/e2e/determinism.py for the arms, settings and JSON fields.
 
 import sys
 
+import checkout  # noqa: F401 - this checkout first on sys.path
+
 from vllm_gdn_invariant.e2e.determinism import main
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import os
 import sys
 import time
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
 from vllm_gdn_invariant.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config

@@ -17,18 +17,15 @@ import json
 import sys
 from pathlib import Path
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
-
-from vllm_gdn_invariant.harness.agreement import (  # noqa: E402
+from vllm_gdn_invariant.harness.agreement import (
     BATCH_SIZES,
     build_report,
     load_providers,
 )
-from vllm_gdn_invariant.harness.layer import LAYOUTS  # noqa: E402
+from vllm_gdn_invariant.harness.layer import LAYOUTS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
