@@ -20,6 +20,14 @@ from vllm_gdn_invariant.golden import exp as golden_exp
 
 PAD_SLOT_ID = -1
 CONV_BLOCK_M = 8
+KERNELS = (  # what the stand-ins replace in vLLM's qwen_gdn_linear_attn (tests/conftest.py)
+    "causal_conv1d_update",
+    "causal_conv1d_fn",
+    "fused_recurrent_gated_delta_rule_packed_decode",
+    "fused_sigmoid_gating_delta_rule_update",
+    "fused_post_conv_prep",
+)
+KERNELS_SINCE_0_34 = ("gather_initial_states", "scatter_states")
 
 
 def l2_normalize(x):

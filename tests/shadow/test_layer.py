@@ -24,22 +24,14 @@ from vllm_gdn_invariant.shadow import metrics
 from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..routing import standins
-from ..routing.test_routing_cpu import KERNELS, KERNELS_SINCE_0_34
 from .helpers import Step, make_checker, records
 
 FIELDS = ("output", "recurrent_state", "conv_state")
 
 
 @pytest.fixture(autouse=True)
-def standin_kernels(monkeypatch):
-    for name in KERNELS:
-        monkeypatch.setattr(qwen, name, getattr(standins, name))
-    for name in KERNELS_SINCE_0_34:
-        if hasattr(qwen, name):
-            monkeypatch.setattr(qwen, name, getattr(standins, name))
+def standins_and_no_registry(standin_kernels, monkeypatch):
     monkeypatch.setattr(metrics, "setup_process", lambda: None)  # no REGISTRY side effects
-    yield
-    checker_module.install(None)
 
 
 @pytest.fixture(params=["routed", "vllm"])
