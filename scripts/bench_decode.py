@@ -36,10 +36,10 @@ import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 import triton
 
-from vllm_gdn_invariant.harness.agreement import load_providers
-from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS
-from vllm_gdn_invariant.harness.profiling import kernel_time
-from vllm_gdn_invariant.harness.provenance import provenance
+from gdn_evidence.harness.agreement import load_providers
+from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS
+from gdn_evidence.harness.profiling import kernel_time
+from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.kernels import conv as conv_kernel
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 from vllm_gdn_invariant.kernels.validation import (

@@ -24,7 +24,7 @@ import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 import triton
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     PREFIX,
     QWEN3_NEXT_DIMS,
     build_metadata,
@@ -35,8 +35,8 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
-from vllm_gdn_invariant.harness.profiling import kernel_time
-from vllm_gdn_invariant.harness.provenance import provenance
+from gdn_evidence.harness.profiling import kernel_time
+from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.patches import routed_forward_core as routing
 
 GDN_LAYERS_QWEN3_NEXT_80B = 36

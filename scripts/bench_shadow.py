@@ -59,17 +59,17 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from vllm_gdn_invariant.e2e.engine_options import (
+from gdn_evidence.e2e.engine_options import (
     add_engine_arguments,
     engine_options,
 )
-from vllm_gdn_invariant.e2e.plugin_site import (
+from gdn_evidence.e2e.plugin_site import (
     PLUGIN,
     installed_entry_point,
     plugin_site,
 )
-from vllm_gdn_invariant.harness.provenance import provenance
-from vllm_gdn_invariant.harness.shadow_records import group_checks
+from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.shadow_records import group_checks
 from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT, words, write_tiny_model
 from vllm_gdn_invariant.shadow import checker as checker_module
 from vllm_gdn_invariant.shadow import compare as compare_module
@@ -148,7 +148,7 @@ def bench_layer_case(
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
-    from vllm_gdn_invariant.harness.layer import (
+    from gdn_evidence.harness.layer import (
         PREFIX,
         QWEN3_NEXT_DIMS,
         build_metadata,
@@ -494,7 +494,7 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
 def check_fields(state_dtype: torch.dtype, rows: int = 64) -> dict[str, tuple]:
     """Served and reference fields of one checked layer (Qwen3-Next heads): a few elements of
     each apart, as in a check against another provider."""
-    from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS as d
+    from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS as d
 
     g = torch.Generator(device=CUDA).manual_seed(rows)
     conv_dim = 2 * d.num_k_heads * d.head_k_dim + d.num_v_heads * d.head_v_dim

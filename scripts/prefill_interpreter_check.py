@@ -29,7 +29,7 @@ import triton.language.extra.libdevice as tldevice
 import triton.runtime.autotuner as autotuner
 import vllm.triton_utils as triton_utils
 
-from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from gdn_evidence.harness.chunk_prefill import cu_seqlens, varlen_inputs
 from vllm_gdn_invariant.shadow.bits import differ
 
 HV, K, V = 2, 32, 32

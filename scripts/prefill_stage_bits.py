@@ -21,9 +21,9 @@ from pathlib import Path
 import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
-from vllm_gdn_invariant.harness.autotune import autotuned_configs
-from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs
-from vllm_gdn_invariant.harness.provenance import provenance
+from gdn_evidence.harness.autotune import autotuned_configs
+from gdn_evidence.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.shadow.bits import differ
 
 HV, K, V, BT = 8, 128, 128, 64

@@ -36,13 +36,13 @@ from pathlib import Path
 
 import checkout  # noqa: F401 - this checkout first on sys.path
 
-from vllm_gdn_invariant.e2e.engine_options import (
+from gdn_evidence.e2e.engine_options import (
     add_engine_arguments,
     engine_options,
 )
-from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site
-from vllm_gdn_invariant.harness.provenance import provenance
-from vllm_gdn_invariant.harness.shadow_records import group_checks
+from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
+from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.shadow_records import group_checks
 from vllm_gdn_invariant.models.tiny import (
     BENCH_QWEN3_NEXT,
     DEMO_OTHER_WORDS,

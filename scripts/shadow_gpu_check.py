@@ -28,10 +28,10 @@ from pathlib import Path
 import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
-from vllm_gdn_invariant.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config
-from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, Composition
-from vllm_gdn_invariant.harness.provenance import provenance
-from vllm_gdn_invariant.harness.shadow_case import (
+from gdn_evidence.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config
+from gdn_evidence.harness.mixed_step import COMPOSITIONS, Composition
+from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.shadow_case import (
     FIELDS,
     field_summary,
     installed,

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [
     path
-    for folder in ("vllm_gdn_invariant", "scripts", "tests")
+    for folder in ("vllm_gdn_invariant", "gdn_evidence", "scripts", "tests")
     for path in sorted((ROOT / folder).rglob("*.py"))
 ]
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_gdn_invariant.golden import conv_update, recurrent_step
-from vllm_gdn_invariant.harness.agreement import (
+from gdn_evidence.harness.agreement import (
     SCHEMA,
     Providers,
     build_report,
@@ -23,7 +22,8 @@ from vllm_gdn_invariant.harness.agreement import (
     run_recurrent_case,
     untouched_equal,
 )
-from vllm_gdn_invariant.harness.layer import LayerDims
+from gdn_evidence.harness.layer import LayerDims
+from vllm_gdn_invariant.golden import conv_update, recurrent_step
 
 from .helpers import next_up
 

@@ -20,7 +20,7 @@ import torch
 from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 from vllm.v1.attention.backends import gdn_attn
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerDims,
     Request,
     align_block_table,

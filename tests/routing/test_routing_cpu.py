@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerDims,
     build_metadata,
     make_layer,

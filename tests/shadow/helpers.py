@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerState,
     build_metadata,
     make_layer_state,

@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from gdn_evidence.harness.layer import STATE_DTYPES, LayerDims
+from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
-from vllm_gdn_invariant.harness.layer import STATE_DTYPES, LayerDims
-from vllm_gdn_invariant.harness.provenance import provenance
 from vllm_gdn_invariant.shadow.bits import compare, same_bits
 
 SCHEMA = "vllm-gdn-invariant/provider-agreement/1"

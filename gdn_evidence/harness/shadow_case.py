@@ -20,7 +20,7 @@ from unittest import mock
 
 import torch
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerDims,
     build_metadata,
     make_layer,
@@ -29,7 +29,7 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
-from vllm_gdn_invariant.harness.mixed_step import Composition
+from gdn_evidence.harness.mixed_step import Composition
 from vllm_gdn_invariant.patches import applied, routing_patch
 from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
 from vllm_gdn_invariant.patches.shadow import shadow_patches
