@@ -32,21 +32,17 @@ import statistics
 import sys
 from pathlib import Path
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 import triton
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
-
-from vllm_gdn_invariant.harness.agreement import load_providers  # noqa: E402
-from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS  # noqa: E402
-from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.kernels import conv as conv_kernel  # noqa: E402
-from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel  # noqa: E402
-from vllm_gdn_invariant.kernels.validation import (  # noqa: E402
+from gdn_evidence.harness.agreement import load_providers
+from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS
+from gdn_evidence.harness.profiling import kernel_time
+from gdn_evidence.harness.provenance import provenance
+from vllm_gdn_invariant.kernels import conv as conv_kernel
+from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
+from vllm_gdn_invariant.kernels.validation import (
     check_conv_args,
     check_recurrent_args,
 )
@@ -55,7 +51,6 @@ SCHEMA = "vllm-gdn-invariant/bench-decode/1"
 BATCH_SIZES = (1, 16, 64, 256, 1024)
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 ROUNDS = 7
-PROFILE_ITERS = 20
 PEAK_COPY_BYTES = 1 << 30
 SWEEP_FROM_BATCH = 64
 
@@ -63,18 +58,6 @@ SWEEP_FROM_BATCH = 64
 def bench_us(fn) -> float:
     """Median time of one call in microseconds (triton.testing.do_bench, L2 flushed)."""
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
-
-
-def kernel_us(fn, iters: int = PROFILE_ITERS) -> float:
-    """Mean device time of the kernels and copies that one call launches (torch.profiler)."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return round(sum(e.time_range.elapsed_us() for e in events) / iters, 2)
 
 
 def copy_fn(num_bytes: int):
@@ -218,7 +201,9 @@ def time_arms(arms: dict, num_bytes: int, peak_copy) -> dict:
         "bytes": num_bytes,
         "us": {name: round(t, 2) for name, t in medians.items()},
         "rounds_us": {name: [round(t, 2) for t in s] for name, s in samples.items()},
-        "kernel_us": {name: kernel_us(fns[name]) for name in ("vllm", "ours", "ours_api")},
+        "kernel_us": {
+            name: round(kernel_time(fns[name]).us, 2) for name in ("vllm", "ours", "ours_api")
+        },
         "achieved_GBps": {name: round(num_bytes / (t * 1e3), 1) for name, t in medians.items()},
         "peak_copy_GBps": round(peak_gbps, 1),
     }

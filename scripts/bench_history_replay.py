@@ -23,11 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from vllm_gdn_invariant.harness.layer import (  # noqa: E402
+from gdn_evidence.harness.layer import (
     PREFIX,
     QWEN3_NEXT_DIMS,
     Request,
@@ -39,9 +38,9 @@ from vllm_gdn_invariant.harness.layer import (  # noqa: E402
     run_core,
     step_inputs,
 )
-from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.patches import applied, routing_patch  # noqa: E402
-from vllm_gdn_invariant.patches.history_replay import builder_patch  # noqa: E402
+from gdn_evidence.harness.provenance import provenance
+from vllm_gdn_invariant.patches import applied, routing_patch
+from vllm_gdn_invariant.patches.history_replay import builder_patch
 
 CUDA = torch.device("cuda")
 DIMS = QWEN3_NEXT_DIMS

@@ -20,12 +20,11 @@ import os
 import statistics
 import sys
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 import triton
-from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     PREFIX,
     QWEN3_NEXT_DIMS,
     build_metadata,
@@ -36,28 +35,13 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
-from vllm_gdn_invariant.harness.provenance import provenance
+from gdn_evidence.harness.profiling import kernel_time
+from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.patches import routed_forward_core as routing
 
 GDN_LAYERS_QWEN3_NEXT_80B = 36
 ROUNDS = 7
-PROFILE_ITERS = 20
 CASES = [(64, 2048), (64, 8192), (256, 2048), (256, 8192)]
-
-
-def gpu_kernel_time(fn, iters: int = PROFILE_ITERS) -> dict:
-    """Device time of the kernels and copies one call launches (torch.profiler, mean)."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return {
-        "us": round(sum(e.time_range.elapsed_us() for e in events) / iters, 1),
-        "kernels": round(len(events) / iters, 1),
-    }
 
 
 def bench_case(vllm_config, state_dtype, decodes, prefill_tokens, device):
@@ -91,7 +75,7 @@ def bench_case(vllm_config, state_dtype, decodes, prefill_tokens, device):
             samples["routed"].append(bench(routed_fn))
         split_us = bench(split_once)
         kernels = {
-            k: gpu_kernel_time(fn) for k, fn in (("upstream", upstream_fn), ("routed", routed_fn))
+            k: kernel_time(fn) for k, fn in (("upstream", upstream_fn), ("routed", routed_fn))
         }
     upstream, routed = (statistics.median(samples[k]) for k in ("upstream", "routed"))
     per_step = (GDN_LAYERS_QWEN3_NEXT_80B * routed + split_us) / (
@@ -106,11 +90,11 @@ def bench_case(vllm_config, state_dtype, decodes, prefill_tokens, device):
         "upstream_rounds_us": [round(t, 1) for t in samples["upstream"]],
         "routed_rounds_us": [round(t, 1) for t in samples["routed"]],
         "split_build_us": round(split_us, 1),
-        "upstream_gpu_kernel_us": kernels["upstream"]["us"],
-        "routed_gpu_kernel_us": kernels["routed"]["us"],
-        "upstream_kernels_per_call": kernels["upstream"]["kernels"],
-        "routed_kernels_per_call": kernels["routed"]["kernels"],
-        "ratio_gpu_kernel_time": round(kernels["routed"]["us"] / kernels["upstream"]["us"], 3),
+        "upstream_gpu_kernel_us": round(kernels["upstream"].us, 1),
+        "routed_gpu_kernel_us": round(kernels["routed"].us, 1),
+        "upstream_kernels_per_call": round(kernels["upstream"].kernels, 1),
+        "routed_kernels_per_call": round(kernels["routed"].kernels, 1),
+        "ratio_gpu_kernel_time": round(kernels["routed"].us / kernels["upstream"].us, 3),
         "ratio_routed_over_upstream": round(routed / upstream, 3),
         "ratio_per_step_36_layers": round(per_step, 3),
     }

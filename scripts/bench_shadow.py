@@ -54,31 +54,28 @@ from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
-
-from vllm_gdn_invariant.e2e.engine_options import (  # noqa: E402
+from gdn_evidence.e2e.engine_options import (
     add_engine_arguments,
     engine_options,
 )
-from vllm_gdn_invariant.e2e.plugin_site import (  # noqa: E402
+from gdn_evidence.e2e.plugin_site import (
     PLUGIN,
     installed_entry_point,
     plugin_site,
 )
-from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.harness.shadow_records import group_checks  # noqa: E402
-from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT, words, write_tiny_model  # noqa: E402
-from vllm_gdn_invariant.shadow import checker as checker_module  # noqa: E402
-from vllm_gdn_invariant.shadow import compare as compare_module  # noqa: E402
-from vllm_gdn_invariant.shadow.config import parse_shadow  # noqa: E402
-from vllm_gdn_invariant.shadow.metrics import ShadowMetrics  # noqa: E402
-from vllm_gdn_invariant.shadow.record import read_records  # noqa: E402
+from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.shadow_records import group_checks
+from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT, words, write_tiny_model
+from vllm_gdn_invariant.shadow import checker as checker_module
+from vllm_gdn_invariant.shadow import compare as compare_module
+from vllm_gdn_invariant.shadow.config import parse_shadow
+from vllm_gdn_invariant.shadow.metrics import ShadowMetrics
+from vllm_gdn_invariant.shadow.record import read_records
 
 ARMS = ("off", "1/64", "1")
 CUDA = torch.device("cuda")
@@ -151,7 +148,7 @@ def bench_layer_case(
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
-    from vllm_gdn_invariant.harness.layer import (
+    from gdn_evidence.harness.layer import (
         PREFIX,
         QWEN3_NEXT_DIMS,
         build_metadata,
@@ -236,6 +233,8 @@ def bench_layer_case(
             checker, lambda: wrapper(layer, mixed_qkv=x, b=b, a=a, core_attn_out=out), steps
         )
     checker_module.install(None)
+    for owned in (*checkers.values(), checker):
+        owned.close()
     result = {
         "level": "layer",
         "decodes": decodes,
@@ -482,6 +481,9 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
         }
     except Exception as exc:  # noqa: BLE001 - the timed rounds stand without the profiles
         result["profile_error"] = repr(exc)
+    checker_module.install(None)
+    for checker in checkers.values():
+        checker.close()
     print_result(result)
     return [result]
 
@@ -492,7 +494,7 @@ def bench_engine(args: argparse.Namespace, folder: Path) -> list[dict]:
 def check_fields(state_dtype: torch.dtype, rows: int = 64) -> dict[str, tuple]:
     """Served and reference fields of one checked layer (Qwen3-Next heads): a few elements of
     each apart, as in a check against another provider."""
-    from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS as d
+    from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS as d
 
     g = torch.Generator(device=CUDA).manual_seed(rows)
     conv_dim = 2 * d.num_k_heads * d.head_k_dim + d.num_v_heads * d.head_v_dim

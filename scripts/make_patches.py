@@ -15,10 +15,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+from checkout import REPO_ROOT
+
 from vllm_gdn_invariant.patches.diffs import MODULE_PATH, PATCH_FILE_NAME, unified_diff
 from vllm_gdn_invariant.plugin.versions import FINGERPRINTS
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WHEELS = Path.home() / ".cache" / "vllm-gdn-invariant" / "wheels"
 
 
@@ -50,10 +51,10 @@ def main() -> int:
     parser.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS)
     args = parser.parse_args()
     for version in sorted({v for d, v in FINGERPRINTS if d == "vllm"}):
-        out = ROOT / "patches" / f"vllm-{version}" / PATCH_FILE_NAME
+        out = REPO_ROOT / "patches" / f"vllm-{version}" / PATCH_FILE_NAME
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(unified_diff(pristine_source(version, args.wheels)), encoding="utf-8")
-        print(f"wrote {out.relative_to(ROOT)}")
+        print(f"wrote {out.relative_to(REPO_ROOT)}")
     return 0
 
 

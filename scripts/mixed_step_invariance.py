@@ -12,7 +12,7 @@ Usage, on the GPU machine (vLLM's Python code importable):
 For every case (Qwen3-Next and TP4 per-rank head counts, fp32 and bf16 state, both
 ``gqa_interleaved_layout`` values, the compositions of harness/mixed_step.py) it writes two
 rows, ``plugin: true`` (the routed method) and ``plugin: false`` (vLLM's own), with integer
-counts of differing elements; see vllm_gdn_invariant/harness/mixed_step.py. With ``--mode
+counts of differing elements; see gdn_evidence/harness/mixed_step.py. With ``--mode
 golden`` the plugin's rows are mode golden's (every decode row served by the golden kernels),
 so the counts say whether those rows are invariant across the compositions as well.
 """
@@ -27,11 +27,12 @@ import os
 import sys
 import time
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
-from vllm_gdn_invariant.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config
-from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, all_cases, run_case
-from vllm_gdn_invariant.harness.provenance import provenance
+from gdn_evidence.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config
+from gdn_evidence.harness.mixed_step import COMPOSITIONS, all_cases, run_case
+from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.patches.routing import QWEN_GDN_MODULE
 
 IMPL_LABELS = {

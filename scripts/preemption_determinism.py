@@ -11,12 +11,14 @@ for Qwen3-Next and runs GDN layers through forward_cpu, so nothing is replayed t
         --prefill-backend ''
 
 Every (model, CUDA graphs, mode) runs one engine in its own process, several at a time; see
-vllm_gdn_invariant/e2e/preemption.py for the cases, the arms and the JSON fields.
+gdn_evidence/e2e/preemption.py for the cases, the arms and the JSON fields.
 """
 
 import sys
 
-from vllm_gdn_invariant.e2e.preemption import main
+import checkout  # noqa: F401 - this checkout first on sys.path
+
+from gdn_evidence.e2e.preemption import main
 
 if __name__ == "__main__":
     sys.exit(main())

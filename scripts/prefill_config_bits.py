@@ -20,19 +20,18 @@ import sys
 import time
 from pathlib import Path
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs  # noqa: E402
-from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.patches.bi_autotune import (  # noqa: E402
+from gdn_evidence.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from gdn_evidence.harness.provenance import provenance
+from vllm_gdn_invariant.patches.bi_autotune import (
     AUTOTUNED_KERNELS,
     FLA_OPS,
     find_autotuner,
     pinned_config,
 )
-from vllm_gdn_invariant.shadow.bits import same_bits  # noqa: E402
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 HEADS, K, V = 32, 128, 128
 BATCHES = {"700+17+300": [700, 17, 300], "4096+5": [4096, 5]}

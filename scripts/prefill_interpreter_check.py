@@ -18,23 +18,19 @@ from __future__ import annotations
 import builtins
 import os
 import sys
-from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-import triton.language.extra.libdevice as tldevice  # noqa: E402
-import triton.runtime.autotuner as autotuner  # noqa: E402
-import vllm.triton_utils as triton_utils  # noqa: E402
+import checkout  # noqa: F401 - this checkout first on sys.path
+import torch
+import triton
+import triton.language as tl
+import triton.language.extra.libdevice as tldevice
+import triton.runtime.autotuner as autotuner
+import vllm.triton_utils as triton_utils
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
-
-from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs  # noqa: E402
-from vllm_gdn_invariant.shadow.bits import differ  # noqa: E402
+from gdn_evidence.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from vllm_gdn_invariant.shadow.bits import differ
 
 HV, K, V = 2, 32, 32
 PLACEMENTS = {"after_317": [300, 17], "after_320": [320], "first": []}

@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
-
-from vllm_gdn_invariant.harness.autotune import autotuned_configs  # noqa: E402
-from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs  # noqa: E402
-from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.shadow.bits import differ  # noqa: E402
+from gdn_evidence.harness.autotune import autotuned_configs
+from gdn_evidence.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from gdn_evidence.harness.provenance import provenance
+from vllm_gdn_invariant.shadow.bits import differ
 
 HV, K, V, BT = 8, 128, 128, 64
 PLACEMENTS = {

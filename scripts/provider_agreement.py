@@ -5,7 +5,7 @@
 Needs CUDA and a vLLM (0.30.0 to 0.34.0) whose Triton kernels import. The cases (head layouts
 tp1 and tp4, batch sizes, fp32 and bf16 state; golden recurrent_step and conv_update against
 vLLM's packed-decode and causal_conv1d_update) and the report are those of
-vllm_gdn_invariant/harness/agreement.py. The goldens run on the same GPU
+gdn_evidence/harness/agreement.py. The goldens run on the same GPU
 (tests/gpu/test_golden_device_bitwise.py checks they equal their CPU bits).
 
 Exit status: 0 when the report is written; 2 when CUDA or vLLM's kernels are not available
@@ -17,18 +17,15 @@ import json
 import sys
 from pathlib import Path
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
-
-from vllm_gdn_invariant.harness.agreement import (  # noqa: E402
+from gdn_evidence.harness.agreement import (
     BATCH_SIZES,
     build_report,
     load_providers,
 )
-from vllm_gdn_invariant.harness.layer import LAYOUTS  # noqa: E402
+from gdn_evidence.harness.layer import LAYOUTS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -34,25 +34,23 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
+import checkout  # noqa: F401 - this checkout first on sys.path
 
-from vllm_gdn_invariant.e2e.engine_options import (  # noqa: E402
+from gdn_evidence.e2e.engine_options import (
     add_engine_arguments,
     engine_options,
 )
-from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site  # noqa: E402
-from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.harness.shadow_records import group_checks  # noqa: E402
-from vllm_gdn_invariant.models.tiny import (  # noqa: E402
+from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
+from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.shadow_records import group_checks
+from vllm_gdn_invariant.models.tiny import (
     BENCH_QWEN3_NEXT,
     DEMO_OTHER_WORDS,
     DEMO_TARGET_WORDS,
     words,
     write_tiny_model,
 )
-from vllm_gdn_invariant.shadow.record import FIELDS, read_records  # noqa: E402
+from vllm_gdn_invariant.shadow.record import FIELDS, read_records
 
 SCHEMA = "vllm-gdn-invariant/shadow-engine-check/1"
 ARMS = ("route", "off", "golden")

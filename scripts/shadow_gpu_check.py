@@ -25,16 +25,13 @@ import json
 import sys
 from pathlib import Path
 
+import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # scripts/ is on the path, not the checkout it measures
-
-from vllm_gdn_invariant.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config  # noqa: E402
-from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, Composition  # noqa: E402
-from vllm_gdn_invariant.harness.provenance import provenance  # noqa: E402
-from vllm_gdn_invariant.harness.shadow_case import (  # noqa: E402
+from gdn_evidence.harness.layer import LAYOUTS, STATE_DTYPES, make_vllm_config
+from gdn_evidence.harness.mixed_step import COMPOSITIONS, Composition
+from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.shadow_case import (
     FIELDS,
     field_summary,
     installed,

@@ -87,3 +87,19 @@ requires_ci_environment = pytest.mark.skipif(
     not _ci_environment(),
     reason="needs vLLM's CPU build with this package installed (the CI environment)",
 )
+
+
+@pytest.fixture
+def standin_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's GDN Triton kernels in ``qwen_gdn_linear_attn`` replaced by the CPU stand-ins of
+    tests/routing/standins.py (those vLLM 0.34 added, where the installed build has them)."""
+    # imported here, not at the top: every test session loads this file, most never vLLM
+    from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
+
+    from .routing import standins
+
+    for name in standins.KERNELS:
+        monkeypatch.setattr(qwen, name, getattr(standins, name))
+    for name in standins.KERNELS_SINCE_0_34:
+        if hasattr(qwen, name):
+            monkeypatch.setattr(qwen, name, getattr(standins, name))

@@ -12,10 +12,10 @@ import sys
 import pytest
 import torch
 
-from vllm_gdn_invariant.e2e import bench, determinism, ranks
-from vllm_gdn_invariant.e2e.determinism import Completion, cases_for, compare, root_cause
-from vllm_gdn_invariant.e2e.engine_options import add_engine_arguments, engine_options
-from vllm_gdn_invariant.e2e.plugin_site import (
+from gdn_evidence.e2e import bench, determinism, ranks
+from gdn_evidence.e2e.determinism import Completion, cases_for, compare, root_cause
+from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
+from gdn_evidence.e2e.plugin_site import (
     CONTROL_WITHOUT_ROUTING,
     PLUGIN,
     engine_env,
@@ -179,8 +179,13 @@ def test_vllms_plugin_loader_finds_the_plugin_site(tmp_path):
         "from vllm.plugins import DEFAULT_PLUGINS_GROUP, load_plugins_by_group; "
         "print('LOADED', sorted(load_plugins_by_group(DEFAULT_PLUGINS_GROUP)))"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    proc = subprocess.run(  # elsewhere than the checkout: gdn_evidence only via PYTHONPATH
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     loaded = [line for line in proc.stdout.splitlines() if line.startswith("LOADED")]
     assert loaded == [f"LOADED {[CONTROL_WITHOUT_ROUTING]}"], proc.stdout + proc.stderr[-2000:]

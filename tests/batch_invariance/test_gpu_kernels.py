@@ -18,8 +18,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.autotune import autotuned_configs
-from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from gdn_evidence.harness.autotune import autotuned_configs
+from gdn_evidence.harness.chunk_prefill import cu_seqlens, varlen_inputs
 from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.bi_gated_norm import gated_norm_patches
 from vllm_gdn_invariant.shadow.bits import same_bits

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from vllm_gdn_invariant.e2e.kernel_profile import category, compare_to, kernel_time_summary
+from gdn_evidence.e2e.kernel_profile import category, compare_to, kernel_time_summary
 
 
 def trace(events: list[tuple[str, str, float]]) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vllm_gdn_invariant.e2e.preemption import results_table
+from gdn_evidence.e2e.preemption import results_table
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "preemption.json"

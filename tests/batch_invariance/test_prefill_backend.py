@@ -63,7 +63,7 @@ def test_the_metadata_builder_resolves_the_same_backend(config, hopper, patched)
     from vllm.config import set_current_vllm_config
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
 
-    from vllm_gdn_invariant.harness.layer import PREFIX, mamba_spec
+    from gdn_evidence.harness.layer import PREFIX, mamba_spec
 
     config.additional_config = {"gdn_prefill_backend": "flashinfer"}
     with set_current_vllm_config(config):

@@ -14,7 +14,7 @@ import importlib
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from gdn_evidence.harness.chunk_prefill import cu_seqlens, varlen_inputs
 from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.bi_autotune import (
     AUTOTUNED_KERNELS,

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from gdn_evidence.harness.layer import LAYOUTS
 from vllm_gdn_invariant.golden import (
     conv_update,
     exp,
@@ -23,7 +24,6 @@ from vllm_gdn_invariant.golden import (
     softplus,
     sqrt,
 )
-from vllm_gdn_invariant.harness.layer import LAYOUTS
 from vllm_gdn_invariant.shadow.bits import same_bits, ulp_distance
 
 pytestmark = [

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_gdn_invariant.golden import conv_update, recurrent_step
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     QWEN3_NEXT_DIMS,
     QWEN3_NEXT_TP4_DIMS,
     build_metadata,
@@ -21,7 +20,8 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
-from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS
+from gdn_evidence.harness.mixed_step import COMPOSITIONS
+from vllm_gdn_invariant.golden import conv_update, recurrent_step
 from vllm_gdn_invariant.patches import applied, routing_patch
 from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
 from vllm_gdn_invariant.shadow.bits import same_bits

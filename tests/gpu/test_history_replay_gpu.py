@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     QWEN3_NEXT_DIMS,
     QWEN3_NEXT_TP4_DIMS,
     Request,

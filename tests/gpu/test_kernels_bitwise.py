@@ -14,9 +14,9 @@ launches compiled, with the Triton installed here.
 import pytest
 import torch
 
+from gdn_evidence.harness.layer import LayerDims
 from vllm_gdn_invariant.golden import conv_update as golden_conv_update
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
-from vllm_gdn_invariant.harness.layer import LayerDims
 from vllm_gdn_invariant.kernels import codegen, conv_update, recurrent_step
 from vllm_gdn_invariant.kernels.conv import conv_config, launch_conv
 from vllm_gdn_invariant.kernels.recurrent import launch_recurrent, recurrent_config

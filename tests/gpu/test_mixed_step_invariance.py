@@ -11,8 +11,8 @@ import importlib.util
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_DIMS, QWEN3_NEXT_TP4_DIMS, make_vllm_config
-from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, run_case
+from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, QWEN3_NEXT_TP4_DIMS, make_vllm_config
+from gdn_evidence.harness.mixed_step import COMPOSITIONS, run_case
 from vllm_gdn_invariant.patches import apply_all
 from vllm_gdn_invariant.plugin import entry
 from vllm_gdn_invariant.plugin.config import PluginConfig

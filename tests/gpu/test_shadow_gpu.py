@@ -16,9 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.layer import QWEN3_NEXT_TP4_DIMS, make_vllm_config
-from vllm_gdn_invariant.harness.mixed_step import COMPOSITIONS, Composition
-from vllm_gdn_invariant.harness.shadow_case import FIELDS, installed, shadow_case
+from gdn_evidence.harness.layer import QWEN3_NEXT_TP4_DIMS, make_vllm_config
+from gdn_evidence.harness.mixed_step import COMPOSITIONS, Composition
+from gdn_evidence.harness.shadow_case import FIELDS, installed, shadow_case
 
 pytestmark = [
     pytest.mark.gpu,

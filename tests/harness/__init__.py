@@ -1,1 +1,1 @@
-"""CPU tests of the evidence harness (vllm_gdn_invariant.harness)."""
+"""CPU tests of the evidence harness (gdn_evidence.harness)."""

@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_gdn_invariant.golden import conv_update, recurrent_step
-from vllm_gdn_invariant.harness.agreement import (
+from gdn_evidence.harness.agreement import (
     SCHEMA,
     Providers,
     build_report,
     import_first,
     run_conv_case,
     run_recurrent_case,
+    untouched_equal,
 )
-from vllm_gdn_invariant.harness.layer import LayerDims
+from gdn_evidence.harness.layer import LayerDims
+from vllm_gdn_invariant.golden import conv_update, recurrent_step
 
 from .helpers import next_up
 
@@ -111,6 +112,20 @@ def test_conv_case_of_an_exact_provider_reports_no_difference(cache_dtype):
     assert case["out_active_rows"]["total_elements"] == 15 * SMALL.conv_dim
     assert case["state"]["elements_differing"] == 0
     assert case["untouched_blocks_equal"] == {"golden": True, "provider": True}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_negative_zero_written_into_an_untouched_block_is_a_write(dtype):
+    before = torch.zeros(4, 2, 3, dtype=dtype)  # blocks 0 (null) and 2 untouched, all +0
+    before[1].normal_()
+    before[3].normal_()
+    indices = torch.tensor([1, 3, 0])
+    after = before.clone()
+    after[1] += 1  # the active blocks may change
+    after[3] *= 2
+    assert untouched_equal(before, after, indices)
+    after[2, 0, 1] = -0.0
+    assert not untouched_equal(before, after, indices)
 
 
 def test_report_is_strict_json_with_provenance():

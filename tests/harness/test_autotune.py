@@ -10,7 +10,7 @@ import pytest
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
 
-from vllm_gdn_invariant.harness.autotune import autotuned_configs  # noqa: E402
+from gdn_evidence.harness.autotune import autotuned_configs  # noqa: E402
 
 
 @triton.heuristics({"B": lambda args: 1})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from vllm_gdn_invariant.harness.chunk_prefill import cu_seqlens, varlen_inputs
+from gdn_evidence.harness.chunk_prefill import cu_seqlens, varlen_inputs
 from vllm_gdn_invariant.shadow.bits import same_bits
 
 

@@ -2,7 +2,7 @@ import subprocess
 
 import pytest
 
-from vllm_gdn_invariant.harness.provenance import ROOT, git_state, provenance, source_digest
+from gdn_evidence.harness.provenance import ROOT, git_state, provenance, source_digest
 
 
 def test_commit_named_in_the_environment_wins_over_the_checkouts_git(monkeypatch):

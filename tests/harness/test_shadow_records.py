@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vllm_gdn_invariant.harness.shadow_records import group_checks
+from gdn_evidence.harness.shadow_records import group_checks
 
 
 def check(layer, provider="routed", impl="golden-kernels", state_ulp=0, step_kind="mixed"):

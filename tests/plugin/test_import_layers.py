@@ -1,11 +1,13 @@
-"""The plugin's import path holds no evidence code: harness/ and e2e/ are for the evidence
-scripts and tests, never loaded by a serving process."""
+"""The plugin's import path holds no evidence code: ``gdn_evidence`` (harness/ and e2e/, outside
+the wheel: tests/test_wheel.py) is for the evidence scripts and tests, never loaded by a
+serving process."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 PLUGIN_PATH = (
     "vllm_gdn_invariant.plugin.entry",
@@ -14,7 +16,8 @@ PLUGIN_PATH = (
     "vllm_gdn_invariant.kernels",
     "vllm_gdn_invariant.golden",
 )
-EVIDENCE = ("vllm_gdn_invariant.harness", "vllm_gdn_invariant.e2e")
+EVIDENCE = ("gdn_evidence",)
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: where gdn_evidence is found
 
 
 def loaded_after_importing(modules: tuple[str, ...]) -> list[str]:
@@ -23,7 +26,9 @@ def loaded_after_importing(modules: tuple[str, ...]) -> list[str]:
         f"for name in {list(modules)!r}: importlib.import_module(name)\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     return json.loads(out.stdout.splitlines()[-1])
 
 
@@ -34,5 +39,5 @@ def test_serving_modules_load_no_evidence_module():
 
 
 def test_the_check_sees_an_evidence_import():
-    loaded = loaded_after_importing(("vllm_gdn_invariant.harness.shadow_case",))
+    loaded = loaded_after_importing(("gdn_evidence.harness.shadow_case",))
     assert [m for m in loaded if m.startswith(EVIDENCE)]  # so the test above can fail

@@ -20,6 +20,14 @@ from vllm_gdn_invariant.golden import exp as golden_exp
 
 PAD_SLOT_ID = -1
 CONV_BLOCK_M = 8
+KERNELS = (  # what the stand-ins replace in vLLM's qwen_gdn_linear_attn (tests/conftest.py)
+    "causal_conv1d_update",
+    "causal_conv1d_fn",
+    "fused_recurrent_gated_delta_rule_packed_decode",
+    "fused_sigmoid_gating_delta_rule_update",
+    "fused_post_conv_prep",
+)
+KERNELS_SINCE_0_34 = ("gather_initial_states", "scatter_states")
 
 
 def l2_normalize(x):
@@ -355,23 +363,3 @@ class StoreCacheCheckpointsKernel:
                     .to(recurrent_state.dtype)
                 )
 
-
-KERNELS = (
-    "causal_conv1d_update",
-    "causal_conv1d_fn",
-    "fused_recurrent_gated_delta_rule_packed_decode",
-    "fused_sigmoid_gating_delta_rule_update",
-    "fused_post_conv_prep",
-)
-KERNELS_SINCE_0_34 = ("gather_initial_states", "scatter_states")
-
-
-def use_standins(monkeypatch) -> None:
-    """vLLM's GDN kernels replaced by these stand-ins in vLLM's layer module."""
-    from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
-
-    for name in KERNELS:
-        monkeypatch.setattr(qwen, name, globals()[name])
-    for name in KERNELS_SINCE_0_34:
-        if hasattr(qwen, name):
-            monkeypatch.setattr(qwen, name, globals()[name])

@@ -20,7 +20,7 @@ import torch
 from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 from vllm.v1.attention.backends import gdn_attn
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerDims,
     Request,
     align_block_table,
@@ -71,19 +71,8 @@ class Workspace:
 
 
 @pytest.fixture(autouse=True)
-def flashinfer_standins(monkeypatch):
+def flashinfer_standins(standin_kernels, monkeypatch):
     monkeypatch.setattr(qwen, "current_workspace_manager", Workspace)
-    for name in (
-        "causal_conv1d_update",
-        "causal_conv1d_fn",
-        "fused_recurrent_gated_delta_rule_packed_decode",
-        "fused_sigmoid_gating_delta_rule_update",
-        "fused_post_conv_prep",
-        "gather_initial_states",
-        "scatter_states",
-    ):
-        if hasattr(qwen, name):
-            monkeypatch.setattr(qwen, name, getattr(standins, name))
     monkeypatch.setattr(
         qwen, "_resolve_gdn_prefill_backend", lambda vllm_config: ("flashinfer", "flashinfer")
     )

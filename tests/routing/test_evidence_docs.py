@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,11 +26,17 @@ ROUTED_KEYS = (
 
 
 def load_script():
+    """scripts/mixed_step_invariance.py as a module, with scripts/ on sys.path as when it runs."""
+    scripts = str(ROOT / "scripts")
     spec = importlib.util.spec_from_file_location(
         "mixed_step_invariance", ROOT / "scripts" / "mixed_step_invariance.py"
     )
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, scripts)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(scripts)
     return module
 
 

@@ -10,8 +10,7 @@ import pytest
 import torch
 from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
 
-from vllm_gdn_invariant.golden import conv_update, recurrent_step
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerDims,
     build_metadata,
     make_layer,
@@ -20,6 +19,7 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
+from vllm_gdn_invariant.golden import conv_update, recurrent_step
 from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.golden_decode import CPU_GDN_MODULE, golden_decode_patches
 from vllm_gdn_invariant.shadow.bits import same_bits

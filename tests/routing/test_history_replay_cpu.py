@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerDims,
     Request,
     build_metadata,
@@ -60,9 +60,7 @@ HISTORY = [3, 5, 6]  # rows of STEP past their prompt
 PREFILLS = [2, 4]
 
 
-@pytest.fixture(autouse=True)
-def kernels(monkeypatch):
-    standins.use_standins(monkeypatch)
+pytestmark = pytest.mark.usefixtures("standin_kernels")
 
 
 @pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

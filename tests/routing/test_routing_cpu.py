@@ -13,9 +13,8 @@ from unittest import mock
 
 import pytest
 import torch
-from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerDims,
     build_metadata,
     make_layer,
@@ -33,6 +32,7 @@ from . import standins
 
 DIMS = LayerDims(num_k_heads=2, num_v_heads=4, head_k_dim=32, head_v_dim=32)
 CPU = torch.device("cpu")
+pytestmark = pytest.mark.usefixtures("standin_kernels")  # tests/conftest.py
 COMPOSITIONS = [  # (decode rows, prefill lengths, fresh prefills)
     (1, [5], True),
     (3, [9, 17], False),
@@ -47,25 +47,6 @@ def routed():
     patch.apply()
     yield patch
     patch.revert()
-
-
-KERNELS = (
-    "causal_conv1d_update",
-    "causal_conv1d_fn",
-    "fused_recurrent_gated_delta_rule_packed_decode",
-    "fused_sigmoid_gating_delta_rule_update",
-    "fused_post_conv_prep",
-)
-KERNELS_SINCE_0_34 = ("gather_initial_states", "scatter_states")
-
-
-@pytest.fixture(autouse=True)
-def standin_kernels(monkeypatch):
-    for name in KERNELS:
-        monkeypatch.setattr(qwen, name, getattr(standins, name))
-    for name in KERNELS_SINCE_0_34:
-        if hasattr(qwen, name):
-            monkeypatch.setattr(qwen, name, getattr(standins, name))
 
 
 @pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerState,
     build_metadata,
     make_layer_state,
@@ -29,14 +29,23 @@ from vllm_gdn_invariant.shadow.record import read_records
 from ..routing.test_routing_cpu import DIMS, new_layer
 
 CPU = torch.device("cpu")
+MADE: list[checker_module.ShadowChecker] = []  # closed after each test (conftest.py)
 
 
 def make_checker(tmp_path: Path, setting: str, mode: str = "route"):
     """A checker writing to ``tmp_path``, installed as this process's."""
     config = parse_shadow(f"{setting},out={tmp_path}/shadow.jsonl")
     checker = checker_module.ShadowChecker(config, mode, metrics=ShadowMetrics())
+    MADE.append(checker)
     checker_module.install(checker)
     return checker
+
+
+def close_made() -> None:
+    """Close every checker made by :func:`make_checker` and install none."""
+    checker_module.install(None)
+    while MADE:
+        MADE.pop().close(timeout=10)
 
 
 def records(checker) -> list[dict]:

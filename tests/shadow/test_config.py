@@ -9,8 +9,9 @@ import pytest
 
 from vllm_gdn_invariant.plugin.config import ConfigError, PluginConfig, load_config
 from vllm_gdn_invariant.shadow.config import (
-    DEFAULT_MAX_MB,
+    DEFAULT_MAX_FILE_MB,
     DEFAULT_MAX_ROWS,
+    DEFAULT_MAX_SNAPSHOT_MB,
     ShadowConfig,
     output_path,
     parse_shadow,
@@ -41,18 +42,24 @@ def test_defaults(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = shadow("0.5")
     assert (config.reference, config.seed) == ("golden", 0)
-    assert (config.max_rows, config.max_mb) == (DEFAULT_MAX_ROWS, DEFAULT_MAX_MB)
+    assert (config.max_rows, config.max_snapshot_mb, config.max_file_mb) == (
+        DEFAULT_MAX_ROWS,
+        DEFAULT_MAX_SNAPSHOT_MB,
+        DEFAULT_MAX_FILE_MB,
+    )
     assert config.out == str(tmp_path / "gdn_invariant_shadow.jsonl")  # made absolute
 
 
 def test_every_option(tmp_path):
     config = shadow(
         f"1/8, ref=golden+decode, golden_impl=torch, out={tmp_path}/x.jsonl, seed=7, "
-        "max_rows=3, max_mb=1.5"
+        "max_rows=3, max_snapshot_mb=1.5, max_file_mb=0.25"
     )
     assert config.references == ("golden", "decode")
-    assert (config.seed, config.max_rows, config.max_bytes) == (7, 3, 1572864)
+    assert (config.seed, config.max_rows) == (7, 3)
+    assert (config.max_snapshot_bytes, config.max_file_bytes) == (1572864, 262144)
     assert "1/8 ref=golden+decode golden_impl=torch out=" in config.describe()
+    assert config.describe().endswith("max_rows=3 max_snapshot_mb=1.5 max_file_mb=0.25")
     decode_only = shadow(f"1/8, ref=decode, out={tmp_path}/x.jsonl")
     assert "ref=decode out=" in decode_only.describe()  # no golden reference, no golden_impl
 
@@ -69,7 +76,11 @@ def test_every_option(tmp_path):
         ("0.5,ref=trainer", "ref='trainer' is not one of golden, decode, golden+decode"),
         ("0.5,seed=x", "seed='x' is not an integer"),
         ("0.5,max_rows=0", "max_rows=0 is below 1"),
-        ("0.5,max_mb=0", "max_mb='0' is not a positive number"),
+        ("0.5,max_snapshot_mb=0", "max_snapshot_mb='0' is not a positive number"),
+        ("0.5,max_file_mb=-1", "max_file_mb='-1' is not a positive number"),
+        ("0.5,max_file_mb=inf", "max_file_mb='inf' is not a positive number"),
+        ("0.5,max_file_mb=big", "max_file_mb='big' is not a number"),
+        ("0.5,max_mb=64", "unknown option 'max_mb=64' (the caps are max_snapshot_mb and"),
         ("0.5,color=red", "unknown option 'color=red'"),
         ("0.5,seed=1,seed=2", "option seed given twice"),
         ("0.5,out=", "out= is empty"),
@@ -112,6 +123,7 @@ def test_one_file_per_process_named_with_the_pid(tmp_path):
     config = parse_shadow(f"1.0,out={tmp_path}/s.jsonl")
     for pid in (7, 8):
         config.path_for(pid).write_text("")
+    config.path_for(7).with_name("s.7.1.jsonl").write_text("")  # rotated (record.py)
     (tmp_path / "other.jsonl").write_text("")
-    assert [p.name for p in config.files()] == ["s.7.jsonl", "s.8.jsonl"]
+    assert [p.name for p in config.files()] == ["s.7.1.jsonl", "s.7.jsonl", "s.8.jsonl"]
     assert config.path_for(os.getpid()).parent == tmp_path

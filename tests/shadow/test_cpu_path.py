@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 import torch
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     build_metadata,
     make_layer_state,
     make_vllm_config,

@@ -1,19 +1,25 @@
 """Checks whose statistics are still on their way (CUDA) are finished once they arrive: by the
 serving thread at the start of a step (never waiting), by the checker's thread when the hooks
-are idle, by ``drain``; in launch order, and a failure there is counted like any other. An
-event stand-in plays the CUDA event."""
+are idle, by ``drain`` and ``close``; in launch order, and a failure there is counted like
+any other. ``close`` stops the checker's thread and lets the checker go. An event stand-in
+plays the CUDA event."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from types import SimpleNamespace
 
 import torch
 
 from vllm_gdn_invariant.shadow import checker as checker_module
-from vllm_gdn_invariant.shadow.checker import InFlight, Probe
+from vllm_gdn_invariant.shadow.checker import InFlight, Probe, ShadowChecker
 from vllm_gdn_invariant.shadow.compare import STATS_WIDTH, PendingStats
+from vllm_gdn_invariant.shadow.config import parse_shadow
+from vllm_gdn_invariant.shadow.metrics import ShadowMetrics
+from vllm_gdn_invariant.shadow.record import read_records
 
 from .helpers import make_checker, records
 
@@ -134,3 +140,56 @@ def test_the_checkers_thread_finishes_arrived_checks_when_the_hooks_are_idle(tmp
     while not records(checker) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(records(checker)) == 1 and checker.stats.checks == 1
+
+
+def finishing_threads() -> int:
+    """The checkers' threads and their metrics' export threads that run now."""
+    names = ("gdn-invariant-shadow", "gdn-shadow-metrics")
+    return sum(t.name in names for t in threading.enumerate())
+
+
+def test_close_finishes_the_checks_in_flight_stops_the_thread_and_lets_the_checker_go(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(checker_module, "IDLE_S", 60.0)  # only close finishes the check
+    before = finishing_threads()
+    for i in range(3):  # owners that make checkers one after another accumulate nothing
+        config = parse_shadow(f"1.0,out={tmp_path}/s{i}.jsonl")
+        checker = ShadowChecker(config, "route", metrics=ShadowMetrics(str(tmp_path)))
+        event = Arrival()
+        checker.submit(in_flight(event, differing=1))
+        assert finishing_threads() == before + 1
+        checker.failed("record", OSError("disk full"))  # a change the metrics thread exports
+        assert finishing_threads() == before + 2
+        event.arrived.set()
+        assert checker.close(timeout=10)
+        assert finishing_threads() == before
+        assert [r["kind"] for r in read_records(checker.writer.path)] == ["failure", "check"]
+        metrics_text = next(tmp_path.glob("*.prom")).read_text()
+        assert 'gdn_invariant_shadow_checks_total{layer="model.layers.0.linear_attn"' in (
+            metrics_text
+        )  # exported at close, not a second later by the metrics thread
+        (tmp_path / next(tmp_path.glob("*.prom")).name).unlink()
+        gone = weakref.ref(checker)
+        del checker, event
+        gc.collect()
+        assert gone() is None  # no thread and no exit finalizer holds it
+
+
+def test_close_gives_up_after_its_timeout_and_a_closed_checker_only_serves(tmp_path):
+    checker = make_checker(tmp_path, "1.0")
+    late = Arrival()
+    checker.submit(in_flight(late))
+    assert not checker.close(timeout=0.05)
+    assert checker.close(timeout=0.05) is False  # again: still nothing arrived, nothing raised
+    late.arrived.set()
+    assert checker.close(timeout=10)
+    assert len(records(checker)) == 1
+
+    def not_called(*args):
+        raise AssertionError("a closed checker looked at the step")
+
+    assert checker.run(not_called, not_called, None, None, None, None, lambda: "served") == (
+        "served"
+    )
+    assert checker.stats.failures == {}

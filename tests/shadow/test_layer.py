@@ -8,6 +8,8 @@ the goldens' arithmetic and differences where they were not, and never changes a
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -22,22 +24,14 @@ from vllm_gdn_invariant.shadow import metrics
 from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..routing import standins
-from ..routing.test_routing_cpu import KERNELS, KERNELS_SINCE_0_34
 from .helpers import Step, make_checker, records
 
 FIELDS = ("output", "recurrent_state", "conv_state")
 
 
 @pytest.fixture(autouse=True)
-def standin_kernels(monkeypatch):
-    for name in KERNELS:
-        monkeypatch.setattr(qwen, name, getattr(standins, name))
-    for name in KERNELS_SINCE_0_34:
-        if hasattr(qwen, name):
-            monkeypatch.setattr(qwen, name, getattr(standins, name))
+def standins_and_no_registry(standin_kernels, monkeypatch):
     monkeypatch.setattr(metrics, "setup_process", lambda: None)  # no REGISTRY side effects
-    yield
-    checker_module.install(None)
 
 
 @pytest.fixture(params=["routed", "vllm"])
@@ -146,7 +140,7 @@ def test_row_cap_and_memory_cap_bound_the_snapshot(patched, tmp_path):
 
     cap_mb = (fixed + 3.5 * per_row) / 2**20  # room for 3 rows, not 4
     (tmp_path / "capped").mkdir()
-    checker = make_checker(tmp_path / "capped", f"1.0,max_mb={cap_mb!r}")
+    checker = make_checker(tmp_path / "capped", f"1.0,max_snapshot_mb={cap_mb!r}")
     step.run()
     (record,) = records(checker)
     assert record["rows"] == 3
@@ -155,7 +149,7 @@ def test_row_cap_and_memory_cap_bound_the_snapshot(patched, tmp_path):
 
 
 def test_a_row_larger_than_the_memory_cap_is_not_checked(patched, tmp_path):
-    checker = make_checker(tmp_path, "1.0,max_mb=0.001")
+    checker = make_checker(tmp_path, "1.0,max_snapshot_mb=0.001")
     off = Step.make(2, [], torch.float32)
     out, state = off.run()
     assert records(checker) == [] and checker.stats.skipped_memory == 1
@@ -192,6 +186,46 @@ def test_a_failure_in_the_shadow_path_is_counted_logged_once_and_the_step_goes_o
     failures = [r for r in records(checker) if r["kind"] == "failure"]
     assert [(r["stage"], r["error"]) for r in failures] == [(stage, "RuntimeError: injected")] * 3
     assert checker.metrics.failures.labels(stage)._value.get() == 3
+
+
+def test_a_failure_in_submit_is_counted_logged_once_and_the_step_goes_on(
+    patched, tmp_path, monkeypatch
+):
+    """The statistics travel as on CUDA (an event stand-in that has arrived), so each check is
+    submitted; starting the checker's thread fails there, as in a process out of threads."""
+    step = Step.make(3, [5], torch.float32)
+    checker_module.install(None)
+    with mock.patch.object(checker_module, "active_checker", return_value=None):
+        want_out, want_state = step.run()
+    start = checker_module.start
+
+    def on_their_way(pairs, valid=None):
+        pending = start(pairs, valid)
+        pending.event = SimpleNamespace(query=lambda: True, synchronize=lambda: None)
+        return pending
+
+    thread_start = threading.Thread.start
+
+    def out_of_threads(thread):
+        if thread.name == "gdn-invariant-shadow":
+            raise RuntimeError("can't start new thread")
+        return thread_start(thread)
+
+    monkeypatch.setattr(checker_module, "start", on_their_way)
+    monkeypatch.setattr(threading.Thread, "start", out_of_threads)
+    checker = make_checker(tmp_path, "1.0")
+    with mock.patch.object(checker_module, "logger") as logger:
+        outs = [step.run() for _ in range(3)]
+    for out, state in outs:
+        assert same_bits(out, want_out) and same_bits(state.ssm_state, want_state.ssm_state)
+        assert same_bits(state.conv_state, want_state.conv_state)
+    assert checker.stats.failures == {"submit": 3} and checker.stats.checks == 0
+    assert logger.warning.call_count == 1
+    assert "can't start new thread" in logger.warning.call_args.args[1]
+    assert checker.metrics.failures.labels("submit")._value.get() == 3
+    monkeypatch.setattr(threading.Thread, "start", thread_start)
+    step.run()  # the thread starts now: the check is submitted and finished
+    assert checker.close(timeout=10) and checker.stats.checks == 1
 
 
 def test_inactive_rows_are_dropped_after_the_step(patched, tmp_path):

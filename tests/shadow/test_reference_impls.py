@@ -95,6 +95,7 @@ def test_only_the_last_reference_of_a_check_spends_the_snapshot(tmp_path, monkey
         layout=StateLayout(conv_dim_first=True),
     )
     checker.finish(Pending(where, snapshot, 3, 1), torch.zeros(3, 1))
+    checker.close()
     assert spent == [("golden", False), ("decode", True)]
     assert checker.stats.failures["reference"] == 2
 
@@ -142,6 +143,7 @@ def test_the_checker_takes_the_kernels_only_where_they_can_check(
     config = parse_shadow(f"{setting},out={tmp_path}/s.jsonl")
     checker = ShadowChecker(config, mode, metrics=ShadowMetrics())
     assert checker.golden_impl(where) == want
+    checker.close()
 
 
 def test_golden_impl_is_validated(tmp_path):

@@ -21,12 +21,16 @@ steps: caches and their storage layout, what serves the rows, how to call the re
    the checks whose statistics have arrived at the start of the next step (one thread
    doing Python work at a time: a second one would take the GIL from it at every torch
    call); a daemon thread finishes them when the hooks have been idle for ``IDLE_S``, and
-   :meth:`ShadowChecker.drain` waits for every check launched so far (also at exit); on CPU
-   step 4 follows at once.
+   :meth:`ShadowChecker.drain` waits for every check launched so far; on CPU step 4 follows
+   at once.
 
 It never changes what is served: the serving call gets the same arguments and runs whatever
 happens in steps 1, 3 and 4. An exception in any of them is caught, counted by stage (metrics
 and a JSONL failure record) and logged once per stage; the step goes on.
+
+Whoever makes a checker closes it (:meth:`ShadowChecker.close`: the daemon thread stops, the
+checks in flight are finished, the JSONL file is closed); the checker of a serving process is
+closed at its exit (``multiprocessing.util.Finalize``, which also runs in vLLM's engine core).
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ except Exception:  # noqa: BLE001 - without vLLM the stdlib logger of that name 
 
 logger = init_logger("vllm.gdn_invariant.shadow")
 
-STAGES = ("setup", "snapshot", "reference", "compare", "record", "metrics")
+STAGES = ("setup", "snapshot", "reference", "compare", "submit", "record", "metrics")
 MAX_IN_FLIGHT = 1024  # checks waiting for their statistics; the serving thread waits beyond
 POLL_S = 0.0002  # wait between looks at the oldest check in flight (drain, idle thread)
 IDLE_S = 0.05  # hooks idle this long: the daemon thread finishes the checks in flight
@@ -159,14 +163,20 @@ class ShadowChecker:
         self.mode = mode
         self.sampler = RowSampler(config.rate, config.seed)
         self.metrics = metrics if metrics is not None else ShadowMetrics(export_dir())
-        self.writer = writer if writer is not None else JsonlWriter(config.path_for)
+        self.writer = (
+            writer if writer is not None else JsonlWriter(config.path_for, config.max_file_bytes)
+        )
         self.stats = ShadowStats()
         self._logged: set[str] = set()
         self._sizes: dict[str, SnapshotSize] = {}  # by layer: a layer's shapes do not change
         self._lock = threading.Lock()  # stats and logging, shared with the finishing thread
         self._in_flight: collections.deque[InFlight] = collections.deque()
         self._finishing = threading.Lock()  # one finisher at a time: records in launch order
-        self._worker_pid: int | None = None  # the process that owns _in_flight
+        self._worker_pid: int | None = None  # the process that owns _in_flight and the thread
+        self._stop = threading.Event()  # the daemon thread's
+        self._thread: threading.Thread | None = None
+        self._finalizer: multiprocessing.util.Finalize | None = None
+        self._closed = False
         self._step_key: object | None = None
         self._last_hook = time.monotonic()
 
@@ -183,7 +193,9 @@ class ShadowChecker:
         serve: Callable[[], Any],
     ) -> Any:
         """Serve the step with ``serve()``; check the sampled rows around it. ``probe`` runs in
-        every step, ``make_site`` only in checked ones."""
+        every step, ``make_site`` only in checked ones. A closed checker only serves."""
+        if self._closed:
+            return serve()
         pending = None
         self._last_hook = time.monotonic()
         try:
@@ -226,13 +238,13 @@ class ShadowChecker:
             kv_cache = found.layer.kv_cache
             size = SnapshotSize.of(state_indices, kv_cache[0], kv_cache[1], mixed_qkv, b, a)
             self._sizes[found.layer.prefix] = size
-        limit = min(self.config.max_rows, size.rows_within(self.config.max_bytes))
+        limit = min(self.config.max_rows, size.rows_within(self.config.max_snapshot_bytes))
         if limit < 1:
             self.stats.skipped_memory += 1
             self._log_once(
                 "memory",
                 f"a snapshot of one decode row needs {size.fixed + size.per_row} bytes, more "
-                f"than max_mb={self.config.max_mb:g}; no row is checked",
+                f"than max_snapshot_mb={self.config.max_snapshot_mb:g}; no row is checked",
             )
             return None
         draw = self.sampler.draw(found.step_key, num_decodes, limit)
@@ -241,7 +253,7 @@ class ShadowChecker:
         site = make_site(found)
         snapshot = take_snapshot(
             draw.start,
-            min(limit, num_decodes),
+            min(draw.count, limit),  # this layer's cap, should it be below the drawing one's
             state_indices[:num_decodes],
             site.conv_cache,
             site.ssm_cache,
@@ -315,27 +327,27 @@ class ShadowChecker:
                 for name in FIELDS
             }
             stats = start(pairs, snapshot.active)
+            stage = "submit"
+            record = {
+                "layer": site.layer.prefix,
+                "step": pending.step,
+                "step_kind": site.step_kind,
+                "provider": site.provider,
+                "mode": self.mode,
+                "reference": reference,
+                "reference_impl": impl,
+                "state_dtype": str(site.ssm_cache.dtype).removeprefix("torch."),
+                "conv_state_dtype": str(site.conv_cache.dtype).removeprefix("torch."),
+                "decode_rows": pending.decode_rows,
+                "snapshot_bytes": snapshot.nbytes,
+            }
+            check = InFlight(stats, record)
+            if stats.event is None:
+                self.complete(check)  # catches its own failures
+            else:
+                self.submit(check)
         except Exception as exc:  # noqa: BLE001 - never fail the step
             self.failed(stage, exc)
-            return
-        record = {
-            "layer": site.layer.prefix,
-            "step": pending.step,
-            "step_kind": site.step_kind,
-            "provider": site.provider,
-            "mode": self.mode,
-            "reference": reference,
-            "reference_impl": impl,
-            "state_dtype": str(site.ssm_cache.dtype).removeprefix("torch."),
-            "conv_state_dtype": str(site.conv_cache.dtype).removeprefix("torch."),
-            "decode_rows": pending.decode_rows,
-            "snapshot_bytes": snapshot.nbytes,
-        }
-        check = InFlight(stats, record)
-        if stats.event is None:
-            self.complete(check)
-        else:
-            self.submit(check)
 
     def complete(self, check: InFlight) -> None:
         """Write the record and count the check once its statistics are on the host."""
@@ -368,18 +380,22 @@ class ShadowChecker:
     def submit(self, check: InFlight) -> None:
         """Keep ``check`` until its statistics are on the host: the serving thread finishes
         the arrived ones at the start of each step (:meth:`finish_arrived`), a daemon thread
-        when the hooks have been idle for ``IDLE_S``, :meth:`drain` on demand and at exit."""
-        if self._worker_pid != os.getpid():  # first use, or a fork
+        when the hooks have been idle for ``IDLE_S``, :meth:`drain` on demand, :meth:`close`
+        at the end. Raises what starting the thread raises (the caller counts it)."""
+        if self._worker_pid != os.getpid():  # first use, or a fork (no thread came with it)
             self._in_flight = collections.deque()
             self._finishing = threading.Lock()
-            self._worker_pid = os.getpid()
-            threading.Thread(
+            self._stop = threading.Event()
+            thread = threading.Thread(
                 target=self._finish_when_idle, name="gdn-invariant-shadow", daemon=True
-            ).start()
+            )
+            thread.start()
+            self._thread = thread
+            self._worker_pid = os.getpid()
             # runs at exit of the main process and of multiprocessing's children (vLLM's
-            # engine core), which leave without atexit
-            multiprocessing.util.Finalize(
-                None, self.drain, kwargs={"timeout": EXIT_DRAIN_S}, exitpriority=100
+            # engine core), which leave without atexit; a fork's child drops the parent's
+            self._finalizer = multiprocessing.util.Finalize(
+                None, self.close, kwargs={"timeout": EXIT_DRAIN_S}, exitpriority=100
             )
         if len(self._in_flight) >= MAX_IN_FLIGHT:
             self.drain()
@@ -410,10 +426,14 @@ class ShadowChecker:
             return False
 
     def _finish_when_idle(self) -> None:
-        while True:
-            time.sleep(IDLE_S)
+        stop = self._stop
+        while not stop.wait(IDLE_S):
             # only while the hooks stay idle: a busy serving thread finishes its own checks
-            while self._in_flight and time.monotonic() - self._last_hook >= IDLE_S:
+            while (
+                self._in_flight
+                and time.monotonic() - self._last_hook >= IDLE_S
+                and not stop.is_set()
+            ):
                 self.finish_arrived()
                 time.sleep(POLL_S)
 
@@ -435,6 +455,27 @@ class ShadowChecker:
                 time.sleep(POLL_S)
         finally:
             self._finishing.release()
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the daemon thread, finish the checks in flight (waiting at most ``timeout``
+        seconds for their statistics), close the JSONL file and export the metrics a last
+        time; whether none was left in flight. Afterwards the checker only serves; closing
+        again finishes what is still in flight."""
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer.cancel()  # nothing left for the exit to do
+            self._finalizer = None
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()  # it never waits: at most one pass over the arrived checks
+        done = self.drain(timeout)
+        for stage, close in (("record", self.writer.close), ("metrics", self.metrics.close)):
+            try:
+                close()
+            except Exception as exc:  # noqa: BLE001 - counted like any other failure
+                self.failed(stage, exc)
+        return done
 
     def _count(self, differing: dict[str, int], rows: int, impl: str) -> None:
         with self._lock:

@@ -2,7 +2,7 @@
 
 Grammar: ``off`` (default; also ``0`` or empty), or
 ``<rate>[,ref=golden|decode|golden+decode][,golden_impl=auto|torch][,out=PATH][,seed=INT]``
-``[,max_rows=INT][,max_mb=NUM]``.
+``[,max_rows=INT][,max_snapshot_mb=NUM][,max_file_mb=NUM]``.
 
 * ``rate``: the fraction of decode rows checked, in (0, 1]; a decimal (``0.015625``) or a
   fraction (``1/64``).
@@ -21,8 +21,13 @@ Grammar: ``off`` (default; also ``0`` or empty), or
   working directory. Its folder must exist and be writable when the setting is read.
 * ``seed``: the sampler's seed (every process draws the same rows of the same steps).
 * ``max_rows``: at most this many rows per step and layer (default 64).
-* ``max_mb``: the snapshot of one layer's sampled rows (their inputs and state blocks, copied
-  before the step) stays within this many MiB (default 256); fewer rows are taken to fit.
+* ``max_snapshot_mb``: the snapshot of one layer's sampled rows (their inputs and state blocks,
+  copied before the step) stays within this many MiB of device memory (default 256); fewer rows
+  are taken to fit.
+* ``max_file_mb``: a process's JSONL file grows to at most this many MiB (default 256); then it
+  is renamed ``<name>.1.jsonl`` (the older ones move up to ``.2``, ``.3``; the oldest beyond
+  ``ROTATED_FILES`` is deleted) and a new file is started, so a process keeps at most
+  ``(ROTATED_FILES + 1) * max_file_mb`` MiB of records on disk.
 
 :func:`parse_shadow` raises :class:`ShadowSettingError` (plugin/config.py turns it into the
 plugin's ``ConfigError``, which names the variable, the value and the valid values).
@@ -42,11 +47,14 @@ REFERENCES = ("golden", "decode", "golden+decode")
 GOLDEN_IMPLS = ("auto", "torch")
 DEFAULT_OUT = "gdn_invariant_shadow.jsonl"
 DEFAULT_MAX_ROWS = 64
-DEFAULT_MAX_MB = 256.0
+DEFAULT_MAX_SNAPSHOT_MB = 256.0
+DEFAULT_MAX_FILE_MB = 256.0
+ROTATED_FILES = 3  # older JSONL files kept beside the one being written (record.py)
+OPTIONS = ("ref", "golden_impl", "out", "seed", "max_rows", "max_snapshot_mb", "max_file_mb")
 SHADOW_CHOICES = (
     "off | 0 | <rate>[,ref=golden|decode|golden+decode][,golden_impl=auto|torch][,out=PATH]"
-    "[,seed=INT]"
-    "[,max_rows=INT][,max_mb=NUM], rate in (0, 1] (e.g. 1/64 or 0.05)"
+    "[,seed=INT][,max_rows=INT][,max_snapshot_mb=NUM][,max_file_mb=NUM], "
+    "rate in (0, 1] (e.g. 1/64 or 0.05)"
 )
 
 
@@ -69,7 +77,8 @@ class ShadowConfig:
     out: str = DEFAULT_OUT
     seed: int = 0
     max_rows: int = DEFAULT_MAX_ROWS
-    max_mb: float = DEFAULT_MAX_MB
+    max_snapshot_mb: float = DEFAULT_MAX_SNAPSHOT_MB
+    max_file_mb: float = DEFAULT_MAX_FILE_MB
 
     @property
     def enabled(self) -> bool:
@@ -81,8 +90,12 @@ class ShadowConfig:
         return tuple(self.reference.split("+"))
 
     @property
-    def max_bytes(self) -> int:
-        return int(self.max_mb * 1024 * 1024)
+    def max_snapshot_bytes(self) -> int:
+        return int(self.max_snapshot_mb * 1024 * 1024)
+
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_mb * 1024 * 1024)
 
     def describe(self) -> str:
         if not self.enabled:
@@ -90,7 +103,8 @@ class ShadowConfig:
         golden_impl = f" golden_impl={self.golden_impl}" if "golden" in self.references else ""
         return (
             f"{self.rate_text} ref={self.reference}{golden_impl} out={self.out} seed={self.seed} "
-            f"max_rows={self.max_rows} max_mb={self.max_mb:g}"
+            f"max_rows={self.max_rows} max_snapshot_mb={self.max_snapshot_mb:g} "
+            f"max_file_mb={self.max_file_mb:g}"
         )
 
     def path_for(self, pid: int) -> Path:
@@ -98,9 +112,11 @@ class ShadowConfig:
         return output_path(self.out, pid)
 
     def files(self) -> list[Path]:
-        """The JSONL files of every process that wrote one (any pid)."""
-        pattern = output_path(self.out, "*")
-        return sorted(pattern.parent.glob(pattern.name))
+        """The JSONL files of every process that wrote one (any pid), rotated ones included."""
+        found: set[Path] = set()
+        for pattern in (output_path(self.out, "*"), rotated_path(output_path(self.out, "*"), "*")):
+            found.update(pattern.parent.glob(pattern.name))
+        return sorted(found)
 
 
 def output_path(template: str, pid: int | str) -> Path:
@@ -111,6 +127,15 @@ def output_path(template: str, pid: int | str) -> Path:
     path = Path(template)
     suffix = path.suffix or ".jsonl"
     return path.with_name(f"{path.stem if path.suffix else path.name}.{pid}{suffix}")
+
+
+def rotated_path(path: Path, index: int | str) -> Path:
+    """The ``index``-th older file of ``path``: the index before the suffix
+    (``shadow.4242.jsonl`` -> ``shadow.4242.1.jsonl``), so a glob of every process's files
+    (``shadow.*.jsonl``) finds the rotated ones too."""
+    if path.suffix:
+        return path.with_name(f"{path.stem}.{index}{path.suffix}")
+    return path.with_name(f"{path.name}.{index}")
 
 
 def parse_rate(text: str) -> float:
@@ -134,13 +159,13 @@ def parse_int(key: str, text: str, minimum: int) -> int:
     return value
 
 
-def parse_mb(text: str) -> float:
+def parse_mb(key: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ShadowSettingError(f"max_mb={text!r} is not a number") from None
+        raise ShadowSettingError(f"{key}={text!r} is not a number") from None
     if not math.isfinite(value) or value <= 0:
-        raise ShadowSettingError(f"max_mb={text!r} is not a positive number")
+        raise ShadowSettingError(f"{key}={text!r} is not a positive number")
     return value
 
 
@@ -181,8 +206,9 @@ def parse_shadow(value: str) -> ShadowConfig:
     for option in options:
         key, sep, item = option.partition("=")
         key = key.strip().lower()
-        if not sep or key not in ("ref", "golden_impl", "out", "seed", "max_rows", "max_mb"):
-            raise ShadowSettingError(f"unknown option {option!r}")
+        if not sep or key not in OPTIONS:
+            hint = " (the caps are max_snapshot_mb and max_file_mb)" if key == "max_mb" else ""
+            raise ShadowSettingError(f"unknown option {option!r}{hint}")
         if key in fields:
             raise ShadowSettingError(f"option {key} given twice")
         fields[key] = item.strip()
@@ -205,5 +231,8 @@ def parse_shadow(value: str) -> ShadowConfig:
         out=check_writable(fields.get("out", DEFAULT_OUT)),
         seed=parse_int("seed", fields.get("seed", "0"), 0),
         max_rows=parse_int("max_rows", fields.get("max_rows", str(DEFAULT_MAX_ROWS)), 1),
-        max_mb=parse_mb(fields.get("max_mb", str(DEFAULT_MAX_MB))),
+        max_snapshot_mb=parse_mb(
+            "max_snapshot_mb", fields.get("max_snapshot_mb", str(DEFAULT_MAX_SNAPSHOT_MB))
+        ),
+        max_file_mb=parse_mb("max_file_mb", fields.get("max_file_mb", str(DEFAULT_MAX_FILE_MB))),
     )

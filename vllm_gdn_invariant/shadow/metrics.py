@@ -34,7 +34,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,21 +152,30 @@ class ShadowMetrics:
         if self._exporter is not None:
             self._exporter.write()
 
+    def close(self) -> None:
+        """Stop the export thread after writing what changed (the values stay readable)."""
+        if self._exporter is not None:
+            self._exporter.close()
+
 
 class FileExporter:
     """Writes a registry as Prometheus text to ``<folder>/<pid>.prom``, atomically, from a
-    daemon thread, at most once per :data:`EXPORT_INTERVAL_S` after a change."""
+    daemon thread, at most once per :data:`EXPORT_INTERVAL_S` after a change, until
+    :meth:`close`."""
 
     def __init__(self, registry: CollectorRegistry, folder: str) -> None:
         self._registry = registry
         self._folder = Path(folder)
         self._changed = threading.Event()
+        self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
 
     def mark(self) -> None:
         self._changed.set()
+        if self._stop.is_set():
+            return
         if self._thread is None or self._pid != os.getpid():
             self._pid = os.getpid()
             self._thread = threading.Thread(
@@ -178,12 +186,28 @@ class FileExporter:
     def _loop(self) -> None:
         while True:
             self._changed.wait()
-            time.sleep(EXPORT_INTERVAL_S)
+            if self._stop.wait(EXPORT_INTERVAL_S):
+                return
             self._changed.clear()
-            try:
-                self.write()
-            except OSError:
-                pass  # the folder went away (the server is shutting down)
+            self._write_quietly()
+
+    def close(self) -> None:
+        """Stop the thread; write the registry once more if it changed since the last write."""
+        self._stop.set()
+        unwritten = self._changed.is_set()
+        thread, self._thread = self._thread, None
+        if thread is None or self._pid != os.getpid():
+            return  # nothing was marked in this process
+        self._changed.set()  # wake it: it returns at once
+        thread.join()
+        if unwritten:
+            self._write_quietly()
+
+    def _write_quietly(self) -> None:
+        try:
+            self.write()
+        except OSError:
+            pass  # the folder went away (the server is shutting down)
 
     def write(self) -> None:
         with self._lock:

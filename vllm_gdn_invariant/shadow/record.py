@@ -17,7 +17,8 @@ A check record (``"kind": "check"``), one per layer, step and reference::
 reference (``goldens``, ``golden-kernels`` or ``vllm-decode-only``: reference.py);
 ``step`` counts this process's steps.
 A failure record (``"kind": "failure"``) has time, pid, process, ``stage`` and ``error``.
-This module imports neither torch nor vLLM (the ``report`` command reads records with it).
+A full file is rotated (:class:`JsonlWriter`). This module imports neither torch nor vLLM (the
+``report`` command reads records with it).
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+from vllm_gdn_invariant.shadow.config import ROTATED_FILES, rotated_path
 
 if TYPE_CHECKING:
     from vllm_gdn_invariant.shadow.compare import FieldStats
@@ -86,11 +90,21 @@ def failure_record(stage: str, error: str) -> dict[str, Any]:
 
 class JsonlWriter:
     """Appends records to this process's file (``path_for(pid)``), opened on first write and
-    reopened when the process's pid changes (a fork)."""
+    reopened when the process's pid changes (a fork).
 
-    def __init__(self, path_for) -> None:
+    With ``max_bytes``, a record that would take the file past it goes to a new file: the
+    full one is renamed :func:`~vllm_gdn_invariant.shadow.config.rotated_path` ``1``, the
+    older ones move up one index and the one beyond ``ROTATED_FILES`` is deleted. A file holds
+    whole records only (a record longer than ``max_bytes`` gets a file of its own).
+    """
+
+    def __init__(self, path_for: Callable[[int], Path], max_bytes: int | None = None) -> None:
+        if max_bytes is not None and max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, got {max_bytes}")
         self._path_for = path_for
+        self.max_bytes = max_bytes
         self._file: IO[str] | None = None
+        self._size = 0
         self._pid: int | None = None
         self._lock = threading.Lock()
 
@@ -99,13 +113,34 @@ class JsonlWriter:
         return Path(self._path_for(os.getpid()))
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":")) + "\n"
+        line = json.dumps(record, separators=(",", ":")) + "\n"  # ASCII: chars are bytes
         with self._lock:
             if self._file is None or self._pid != os.getpid():
-                self._pid = os.getpid()
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+                self._open()
+            full = self.max_bytes is not None and self._size + len(line) > self.max_bytes
+            if full and self._size:
+                self._file.close()
+                self._file = None  # reopened by the next write if the rotation fails
+                self._rotate()
+                self._open()
             self._file.write(line)
             self._file.flush()
+            self._size += len(line)
+
+    def _open(self) -> None:
+        self._pid = os.getpid()
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._size = os.fstat(self._file.fileno()).st_size
+
+    def _rotate(self) -> None:
+        """Move the current file to index 1 and each older one up one; drop the oldest."""
+        path = self.path
+        rotated_path(path, ROTATED_FILES).unlink(missing_ok=True)
+        for index in range(ROTATED_FILES - 1, 0, -1):
+            older = rotated_path(path, index)
+            if older.exists():
+                os.replace(older, rotated_path(path, index + 1))
+        os.replace(path, rotated_path(path, 1))
 
     def close(self) -> None:
         with self._lock:

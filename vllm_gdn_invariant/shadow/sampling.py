@@ -21,15 +21,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Draw:
-    """One step's draw: window ``start`` and the probability its step was sampled with."""
+    """One step's draw: the window of ``count`` decode-row positions from ``start``, wrapping
+    around (the snapshot copies those rows: snapshot.py)."""
 
     start: int
-    step_probability: float
-
-    def rows(self, num_rows: int, limit: int) -> list[int]:
-        """Up to ``limit`` decode-row positions of a step of ``num_rows`` decode rows."""
-        m = min(limit, num_rows)
-        return [(self.start + i) % num_rows for i in range(m)]
+    count: int
 
 
 class RowSampler:
@@ -59,6 +55,6 @@ class RowSampler:
         probability = min(1.0, self.rate * num_rows / m)
         if probability < 1.0 and self._rng.random() >= probability:
             return None
-        self._draw = Draw(self._rng.randrange(num_rows), probability)
+        self._draw = Draw(self._rng.randrange(num_rows), m)
         self.sampled_steps += 1
         return self._draw

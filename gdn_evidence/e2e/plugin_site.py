@@ -13,7 +13,7 @@ which comes first on ``sys.path``, would hide a dist-info of the package's own n
 way it finds an installed plugin: vLLM's own supported mechanism, nothing patched to get there.
 
 Besides ``gdn_invariant`` the folder declares the negative controls of
-``vllm_gdn_invariant.e2e.controls`` (never installed with the package).
+``gdn_evidence.e2e.controls`` (never installed with the package).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ MULTICAST_OFF = {
 }
 ENTRY_POINTS = {
     PLUGIN: "vllm_gdn_invariant.plugin.entry:register",
-    CONTROL_WITHOUT_ROUTING: "vllm_gdn_invariant.e2e.controls:register_without_routing",
+    CONTROL_WITHOUT_ROUTING: "gdn_evidence.e2e.controls:register_without_routing",
 }
 
 

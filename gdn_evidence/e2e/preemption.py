@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_gdn_invariant.e2e.engine_options import add_engine_arguments, engine_options
-from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site
+from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
+from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
 from vllm_gdn_invariant.models.weighted import MODELS, write_weighted_model
 
 FORCED_PROMPTS = (513, 514, 770)
@@ -401,7 +401,7 @@ def start_engine(case: EngineCase, args: argparse.Namespace, model_dir: Path, si
     command = [
         sys.executable,
         "-m",
-        "vllm_gdn_invariant.e2e.preemption",
+        "gdn_evidence.e2e.preemption",
         "--run-engine",
         json.dumps(spec),
         "--result",
@@ -565,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = cases_from(args)
     except ValueError as exc:
         parser.error(str(exc))
-    from vllm_gdn_invariant.harness.provenance import provenance
+    from gdn_evidence.harness.provenance import provenance
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gdn_preempt_"))
     site = plugin_site(workdir / "plugin-site")

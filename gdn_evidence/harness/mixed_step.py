@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerDims,
     LayerState,
     align_block_table,

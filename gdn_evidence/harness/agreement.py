@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from gdn_evidence.harness.layer import STATE_DTYPES, LayerDims
+from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
-from vllm_gdn_invariant.harness.layer import STATE_DTYPES, LayerDims
-from vllm_gdn_invariant.harness.provenance import provenance
-from vllm_gdn_invariant.shadow.bits import compare, ordered_bits
+from vllm_gdn_invariant.shadow.bits import compare, same_bits
 
 SCHEMA = "vllm-gdn-invariant/provider-agreement/1"
 RECURRENT_MODULES = (
@@ -108,10 +108,11 @@ def conv_inputs(
 
 
 def untouched_equal(before: Tensor, after: Tensor, indices: Tensor) -> bool:
-    """Whether the blocks no active index names kept their values (+0 and -0 count as equal)."""
+    """Whether the blocks no active index names kept their bits (a -0 written over +0, or a
+    NaN's payload changed, is a write)."""
     keep = torch.ones(before.shape[0], dtype=torch.bool, device=before.device)
     keep[indices[indices > 0].long()] = False
-    return torch.equal(ordered_bits(before[keep]), ordered_bits(after[keep]))
+    return same_bits(before[keep], after[keep])
 
 
 def state_agreement(before: Tensor, golden: Tensor, provider: Tensor, indices: Tensor) -> dict:

@@ -40,11 +40,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vllm_gdn_invariant.e2e.determinism import root_cause
-from vllm_gdn_invariant.e2e.engine_options import add_engine_arguments, engine_options
-from vllm_gdn_invariant.e2e.kernel_profile import compare_to, kernel_time_summary
-from vllm_gdn_invariant.e2e.plugin_site import PLUGIN, engine_env, plugin_site
-from vllm_gdn_invariant.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel
+from gdn_evidence.e2e.determinism import root_cause
+from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
+from gdn_evidence.e2e.kernel_profile import compare_to, kernel_time_summary
+from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
+from gdn_evidence.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel
 from vllm_gdn_invariant.models.tiny import (
     BENCH_QWEN3_NEXT,
     TINY_QWEN3_NEXT,
@@ -180,7 +180,7 @@ class Engine:
             [
                 sys.executable,
                 "-m",
-                "vllm_gdn_invariant.e2e.bench",
+                "gdn_evidence.e2e.bench",
                 "--serve",
                 json.dumps({**spec, "arm": arm}),
             ],
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    from vllm_gdn_invariant.harness.provenance import provenance
+    from gdn_evidence.harness.provenance import provenance
 
     work = Path(tempfile.mkdtemp(prefix="gdn_bench_"))
     site = plugin_site(work / "plugin-site")

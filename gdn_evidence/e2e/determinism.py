@@ -34,14 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_gdn_invariant.e2e.engine_options import add_engine_arguments, engine_options
-from vllm_gdn_invariant.e2e.plugin_site import (
+from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
+from gdn_evidence.e2e.plugin_site import (
     CONTROL_WITHOUT_ROUTING,
     PLUGIN,
     engine_env,
     plugin_site,
 )
-from vllm_gdn_invariant.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel, visible_gpus
+from gdn_evidence.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel, visible_gpus
 from vllm_gdn_invariant.models.tiny import words
 from vllm_gdn_invariant.models.weighted import (
     MODELS,
@@ -321,12 +321,6 @@ def case_record(case: Case, result: dict[str, Any], log: str, seconds: float) ->
     return record
 
 
-def _text(output: str | bytes | None) -> str:
-    if isinstance(output, bytes):
-        return output.decode(errors="replace")
-    return output or ""
-
-
 def run_in_subprocess(
     case: Case, args: argparse.Namespace, model_dir: Path, site: Path, timeout: float
 ) -> dict[str, Any]:
@@ -349,7 +343,7 @@ def run_in_subprocess(
         command = [
             sys.executable,
             "-m",
-            "vllm_gdn_invariant.e2e.determinism",
+            "gdn_evidence.e2e.determinism",
             "--run-case",
             json.dumps(spec),
             "--result",
@@ -501,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         merge(args.out, args.merge)
         print(f"merged {len(args.merge)} files into {args.out}")
         return 0
-    from vllm_gdn_invariant.harness.provenance import provenance
+    from gdn_evidence.harness.provenance import provenance
 
     cases = cases_for(args.models, args.arms, args.settings, args.tensor_parallel_size)
     if not cases:

@@ -20,7 +20,7 @@ from unittest import mock
 
 import torch
 
-from vllm_gdn_invariant.harness.layer import (
+from gdn_evidence.harness.layer import (
     LayerDims,
     build_metadata,
     make_layer,
@@ -29,7 +29,7 @@ from vllm_gdn_invariant.harness.layer import (
     step_inputs,
     step_requests,
 )
-from vllm_gdn_invariant.harness.mixed_step import Composition
+from gdn_evidence.harness.mixed_step import Composition
 from vllm_gdn_invariant.patches import applied, routing_patch
 from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
 from vllm_gdn_invariant.patches.shadow import shadow_patches
@@ -52,6 +52,9 @@ class MemoryWriter:
     def write(self, record: dict[str, Any]) -> None:
         self.records.append(record)
 
+    def close(self) -> None:
+        """Nothing to close: the records stay readable."""
+
 
 @contextlib.contextmanager
 def installed(routed: bool, golden_mode: bool = False) -> Iterator[None]:
@@ -70,7 +73,7 @@ def installed(routed: bool, golden_mode: bool = False) -> Iterator[None]:
 
 def make_checker(reference: str, mode: str, **options: Any) -> checker_module.ShadowChecker:
     """A checker at rate 1.0 with room for every row, keeping its records in memory."""
-    settings = {"max_rows": 1 << 20, "max_mb": 1 << 20, **options}
+    settings = {"max_rows": 1 << 20, "max_snapshot_mb": 1 << 20, **options}
     text = ",".join(["1.0", f"ref={reference}", *(f"{k}={v}" for k, v in settings.items())])
     out = Path(tempfile.gettempdir()) / "gdn_invariant_shadow_evidence.jsonl"
     config = parse_shadow(f"{text},out={out}")
@@ -107,9 +110,11 @@ def shadow_case(
         off_out, off_state = serve()
     checker = make_checker(reference, mode)
     checker_module.install(checker)
-    on_out, on_state = serve()
-    checker.drain()
-    checker_module.install(None)
+    try:
+        on_out, on_state = serve()
+    finally:
+        checker.close()
+        checker_module.install(None)
     unchanged = (
         same_bits(on_out, off_out)
         and same_bits(on_state.ssm_state, off_state.ssm_state)
