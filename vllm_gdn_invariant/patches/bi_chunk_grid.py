@@ -23,6 +23,7 @@ the 64-token grid of the GDN chunk kernels.
 * **Upstream**: vllm-project/vllm PR #49827 (open) aligns chunked prefill for Qwen GDN under
   batch-invariant mode.
 * **Remove when**: vLLM aligns GDN prefill chunks to the kernel grid under the mode.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1.
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
 from vllm_gdn_invariant.patches.bi_patch import (
     CHUNK_GRID,
+    GROUP,
     BatchInvarianceConfigError,
-    BatchInvariancePatch,
     is_qwen_gdn_model,
 )
 
@@ -143,19 +144,21 @@ def make_split(original: Callable[..., int]) -> Callable[..., int]:
     return _mamba_block_aligned_split
 
 
-def scheduler_patches() -> list[BatchInvariancePatch]:
+def scheduler_patches() -> list[Patch]:
     return [
-        BatchInvariancePatch(
+        Patch(
             target=SCHEDULER_INIT,
-            replacement="vllm_gdn_invariant.patches.bi_chunk_grid:make_init",
+            replacement=make_init,
             why="turn the prefill split on for Qwen GDN models; refuse what the grid cannot serve",
             relies_on=(SCHEDULE,),  # calls _mamba_block_aligned_split where the flag is set
             label="chunk-grid-64",
+            group=GROUP,
         ),
-        BatchInvariancePatch(
+        Patch(
             target=ALIGNED_SPLIT,
-            replacement="vllm_gdn_invariant.patches.bi_chunk_grid:make_split",
+            replacement=make_split,
             why="non-final prefill chunks end on the 64-token grid of the GDN chunk kernels",
             label="chunk-grid-64",
+            group=GROUP,
         ),
     ]

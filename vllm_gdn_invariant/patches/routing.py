@@ -16,6 +16,7 @@
 * **Remove when**: a supported vLLM runs the decode rows of mixed steps through the
   decode-only kernels itself (PR #49827 or equivalent merged, default on); drop that version
   from the fingerprint table and this patch once it is the oldest supported.
+* **Applies**: modes route and golden.
 
 Every function the replacement relies on is named in :data:`RELIES_ON` and fingerprinted per
 vLLM version (``plugin/versions.py``); the ones that exist only in some versions (prefill
@@ -26,7 +27,10 @@ they exist. This module imports nothing from vLLM: the replacement lives in
 
 from __future__ import annotations
 
-from vllm_gdn_invariant.patches.base import MethodPatch, SourceTarget
+from collections.abc import Callable
+from typing import Any
+
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
 
 QWEN_GDN_MODULE = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 GDN_BACKEND_MODULE = "vllm.v1.attention.backends.gdn_attn"
@@ -73,15 +77,22 @@ RELIES_ON = (
     CHECKPOINT_EXPORT,  # reads the rows by cu_seqlens of the raw conv input
 )
 
-REPLACEMENT = "vllm_gdn_invariant.patches.routed_forward_core:routed_forward_core"
 UPSTREAM_NAME = "_forward_core_upstream"
 
 
-def routing_patch() -> MethodPatch:
+def load_routed_forward_core(original: Any) -> Callable[..., Any]:
+    """The replacement, :func:`~.routed_forward_core.routed_forward_core` (imports vLLM);
+    vLLM's method (``original``) stays on the class as ``_forward_core_upstream``."""
+    from vllm_gdn_invariant.patches.routed_forward_core import routed_forward_core
+
+    return routed_forward_core
+
+
+def routing_patch() -> Patch:
     """The patch object (one per application: it records what it replaced)."""
-    return MethodPatch(
+    return Patch(
         target=FORWARD_CORE,
-        replacement=REPLACEMENT,
+        replacement=load_routed_forward_core,
         keep_original_as=UPSTREAM_NAME,
         why="mixed decode+prefill steps: decode rows run causal_conv1d_update and "
         "fused_recurrent_gated_delta_rule_packed_decode, as in decode-only steps",
