@@ -155,8 +155,7 @@ def test_without_a_failure_every_patch_is_installed_and_reverted_to_the_same_obj
     apply_all(patches)
     assert all(p.applied for p in patches)
     assert all(
-        vars(p.owner())[p.attribute] is not before[(id(p.owner()), p.attribute)][1]
-        for p in patches
+        vars(p.owner())[p.attribute] is not before[(id(p.owner()), p.attribute)][1] for p in patches
     )
     for patch in reversed(patches):
         patch.revert()
@@ -176,9 +175,7 @@ class Lines:
 
 
 @pytest.mark.parametrize("mode", [Mode.OFF, Mode.ROUTE, Mode.GOLDEN])
-def test_a_failing_shadow_setup_patches_nothing_and_the_line_keeps_the_build(
-    monkeypatch, mode
-):
+def test_a_failing_shadow_setup_patches_nothing_and_the_line_keeps_the_build(monkeypatch, mode):
     """The shadow wrapper's process setup fails: nothing stays wrapped (in mode off there is
     no routing patch whose revert would hide a wrapper left behind)."""
     own = qwen.QwenGatedDeltaNetAttention.__dict__["_forward_core"]
