@@ -284,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
         line("supported", ", ".join(supported_builds())),
         line("platform", platform_line()),
         line("platform check", platform_check_text(platform, platform_error)),
-        line("batch invariant", batch_invariant_text(batch_invariant)),
+        line("invariance", batch_invariant_text(batch_invariant)),
         line("packed decode", packed_decode_text(packed)),
         *target_lines(status),
     ]
