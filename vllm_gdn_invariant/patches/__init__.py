@@ -36,10 +36,14 @@ Adding a patch:
    module), ``keep_original_as``, ``wraps``, ``prepare``, ``label``, ``group`` and ``since``
    are described on :class:`~.base.Patch`. The module imports nothing from vLLM: a factory
    that needs vLLM imports inside.
-2. Add an :class:`Entry` to :data:`INDEX` at its place in the order.
-3. Add the fingerprints of every target and ``relies_on`` function to
-   ``plugin/versions.py`` for every supported release (``tests/plugin/
-   test_fingerprints_wheels.py`` checks them against the published wheels).
+2. Add an :class:`Entry` to :data:`INDEX` at its place in the order: the note's summary,
+   targets, upstream, removal condition (up to its first ``;``), a :class:`When` and the
+   factory (``patches=lambda selection: [my_patch()]``).
+3. Add the fingerprints of every target and ``relies_on`` function to ``plugin/versions.py``
+   for every supported release, with its SourceTarget imported there;
+   ``tests/plugin/test_fingerprints_wheels.py`` checks them against the published wheels.
+4. Test the replacement, and that the patch applies and reverts (``applied([my_patch()])``);
+   ``tests/plugin/test_all_or_nothing.py`` injects failures into every patch of the index.
 """
 
 from __future__ import annotations
