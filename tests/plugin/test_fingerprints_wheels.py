@@ -10,16 +10,14 @@ from vllm_gdn_invariant.plugin.versions import (
     InstalledVllm,
     TargetState,
     check_targets,
+    guarded_targets,
 )
 
 pytestmark = pytest.mark.wheels
 
 
 def all_targets():
-    patches = every_patch()  # every mode's and every release's
-    pairs = [(p.target, "replaced") for p in patches]
-    pairs += [(t, "relied on") for p in patches for t in p.relies_on]
-    return list(dict.fromkeys(pairs))
+    return guarded_targets(every_patch())  # every mode's and every release's
 
 
 def wheel_reader(version, wheel_source, edit=None):

@@ -23,6 +23,7 @@ from vllm_gdn_invariant.plugin.versions import (
     InstalledVllm,
     candidate_builds,
     check_targets,
+    guarded_targets,
 )
 
 from ..conftest import requires_ci_environment
@@ -31,9 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def targets():
-    pairs = [(p.target, "replaced") for p in every_patch()]
-    pairs += [(t, "relied on") for p in every_patch() for t in p.relies_on]
-    return list(dict.fromkeys(pairs))
+    return guarded_targets(every_patch())
 
 
 def test_the_guards_range_is_pyprojects_vllm_requirement():

@@ -18,7 +18,7 @@ import os
 
 from vllm_gdn_invariant.patches import apply_all, batch_invariance_patches, describe
 from vllm_gdn_invariant.plugin.entry import LOGGER_NAME
-from vllm_gdn_invariant.plugin.versions import check_targets, installed_release
+from vllm_gdn_invariant.plugin.versions import check_targets, guarded_targets, installed_release
 from vllm_gdn_invariant.plugin.vllm_env import BATCH_INVARIANT
 
 _done = False
@@ -36,9 +36,7 @@ def register_without_routing() -> None:
     patches = (
         batch_invariance_patches(installed_release()) if BATCH_INVARIANT.read().enabled else []
     )
-    targets = [(p.target, "replaced") for p in patches]
-    targets += [(t, "relied on") for p in patches for t in p.relies_on]
-    guard = check_targets(list(dict.fromkeys(targets)))
+    guard = check_targets(guarded_targets(patches))
     where = f"[pid {os.getpid()} {multiprocessing.current_process().name}]"
     if guard.refusal is not None:
         logger.warning(

@@ -27,6 +27,7 @@ from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
 from vllm_gdn_invariant.plugin.versions import (
     GuardResult,
     check_targets,
+    guarded_targets,
     installed_release,
     installed_vllm,
 )
@@ -166,10 +167,7 @@ def plan(config: PluginConfig | None = None) -> PluginStatus:
             config, None, (), error=GOLDEN_NEEDS_PACKED_DECODE, packed_decode=packed_decode
         )
     patches = tuple(patches_for(config, batch_invariant.enabled))
-    targets = [(p.target, "replaced") for p in patches]
-    targets += [(t, "relied on") for p in patches for t in p.relies_on]
-    targets = list(dict.fromkeys(targets))  # the shadow wrappers share targets with the rest
-    guard = check_targets(targets)
+    guard = check_targets(guarded_targets(patches))
     platform = check_platform() if guard.ok else None
     return PluginStatus(config, guard, patches, platform, packed_decode=packed_decode)
 

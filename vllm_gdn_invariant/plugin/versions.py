@@ -22,7 +22,7 @@ from enum import Enum
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from vllm_gdn_invariant.patches.base import SourceTarget
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
 from vllm_gdn_invariant.patches.bi_align_block import (
     ALIGN_HYBRID_BLOCK,
     UPDATE_BLOCK_SIZE,
@@ -584,6 +584,15 @@ class GuardResult:
             same = dist == self.installed.distribution
             text += f" (fingerprints match {version if same else f'{dist} {version}'})"
         return text
+
+
+def guarded_targets(patches: Iterable[Patch]) -> list[tuple[SourceTarget, str]]:
+    """What the guard checks for ``patches``: each target ("replaced") and each function it
+    relies on ("relied on"), once each."""
+    patches = list(patches)
+    pairs = [(p.target, "replaced") for p in patches]
+    pairs += [(t, "relied on") for p in patches for t in p.relies_on]
+    return list(dict.fromkeys(pairs))
 
 
 def supported_builds() -> list[str]:
