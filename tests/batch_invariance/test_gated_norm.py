@@ -15,8 +15,6 @@ from vllm_gdn_invariant.patches.bi_gated_norm import (
     QWEN3_5_GATED_NORM_MODULE,
     gated_norm_patches,
 )
-from vllm_gdn_invariant.patches.selection import in_release
-from vllm_gdn_invariant.plugin.versions import installed_release
 
 SMS = 132  # H100/H200
 HEAD_V_DIM = 128
@@ -67,8 +65,8 @@ def recorder(monkeypatch):
 
 @pytest.fixture
 def patched():
-    patches = [p for p in gated_norm_patches() if in_release(p, installed_release())]
-    assert len(patches) == 1 + HAS_QWEN3_5_FUSED_NORM  # the binding where its module exists
+    # the Qwen3.5 binding where its module imports (vLLM 0.34; its package needs torchvision)
+    patches = [p for p in gated_norm_patches() if p.binding is None or HAS_QWEN3_5_FUSED_NORM]
     with applied(patches):
         yield
 
