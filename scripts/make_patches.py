@@ -1,4 +1,4 @@
-"""Write ``patches/vllm-<version>/qwen_gdn_linear_attn.patch`` for every supported version.
+"""Write ``vllm-diffs/vllm-<version>/qwen_gdn_linear_attn.patch`` for every supported version.
 
 Usage: ``python scripts/make_patches.py [--wheels DIR]``. Each diff is computed from the
 pristine file inside that version's published wheel (downloaded with ``pip download
@@ -20,6 +20,7 @@ from checkout import REPO_ROOT
 from vllm_gdn_invariant.patches.diffs import MODULE_PATH, PATCH_FILE_NAME, unified_diff
 from vllm_gdn_invariant.plugin.versions import FINGERPRINTS
 
+DIFFS_FOLDER = "vllm-diffs"
 DEFAULT_WHEELS = Path.home() / ".cache" / "vllm-gdn-invariant" / "wheels"
 
 
@@ -51,7 +52,7 @@ def main() -> int:
     parser.add_argument("--wheels", type=Path, default=DEFAULT_WHEELS)
     args = parser.parse_args()
     for version in sorted({v for d, v in FINGERPRINTS if d == "vllm"}):
-        out = REPO_ROOT / "patches" / f"vllm-{version}" / PATCH_FILE_NAME
+        out = REPO_ROOT / DIFFS_FOLDER / f"vllm-{version}" / PATCH_FILE_NAME
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(unified_diff(pristine_source(version, args.wheels)), encoding="utf-8")
         print(f"wrote {out.relative_to(REPO_ROOT)}")

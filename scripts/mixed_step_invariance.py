@@ -3,7 +3,7 @@
 Usage, on the GPU machine (vLLM's Python code importable):
     python scripts/mixed_step_invariance.py --out FILE.json                 # with the plugin
     python scripts/mixed_step_invariance.py --out FILE.json \\
-        --patched-file build/patched/vllm-0.30.0/qwen_gdn_linear_attn.py    # with patches/
+        --patched-file build/patched/vllm-0.30.0/qwen_gdn_linear_attn.py    # with vllm-diffs/
     python scripts/mixed_step_invariance.py --out FILE.json --heads tp4 --state-dtypes float32
     python scripts/mixed_step_invariance.py --out FILE.json --mode golden    # golden kernels
     python scripts/mixed_step_invariance.py --merge A.json B.json --out docs/evidence/...
@@ -38,7 +38,7 @@ from vllm_gdn_invariant.patches.routing import QWEN_GDN_MODULE
 IMPL_LABELS = {
     "plugin": "plugin",
     "plugin-golden": "plugin, mode golden",
-    "patched-source": "patches/",
+    "patched-source": "vllm-diffs/",
 }
 IMPL_ORDER = tuple(IMPL_LABELS)
 COUNTS = ("out_differ", "state_differ", "conv_differ", "following_out_differ")
@@ -93,7 +93,7 @@ def total(rows: list[dict], key: str) -> str:
 
 
 def table_order(key: tuple) -> tuple:
-    """vLLM version, plugin before patches/, Triton before FlashInfer, Qwen3-Next heads before
+    """vLLM version, plugin before vllm-diffs/, Triton before FlashInfer, Qwen3-Next heads before
     TP4, fp32 before bf16."""
     version, impl, backend, _, h, _, dtype = key
     return version, IMPL_ORDER.index(impl), backend != "triton", -h, dtype != "float32"

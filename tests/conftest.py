@@ -12,18 +12,6 @@ from pathlib import Path
 
 import pytest
 
-SUPPORTED_CUDA_VERSIONS = (
-    "0.26.0",
-    "0.27.0",
-    "0.27.1",
-    "0.28.0",
-    "0.29.0",
-    "0.30.0",
-    "0.31.0",
-    "0.32.0",
-    "0.33.0",
-    "0.34.0",
-)
 WHEEL_CACHE = Path(
     os.environ.get(
         "VLLM_GDN_INVARIANT_WHEEL_CACHE",

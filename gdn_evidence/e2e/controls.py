@@ -16,10 +16,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 
-from vllm_gdn_invariant.patches.base import apply_all
-from vllm_gdn_invariant.patches.batch_invariance import describe_patches, invariance_patches
+from vllm_gdn_invariant.patches import apply_all, batch_invariance_patches, describe
 from vllm_gdn_invariant.plugin.entry import LOGGER_NAME
-from vllm_gdn_invariant.plugin.versions import check_targets, installed_release
+from vllm_gdn_invariant.plugin.versions import check_targets, guarded_targets, installed_release
+from vllm_gdn_invariant.plugin.vllm_env import BATCH_INVARIANT
 
 _done = False
 
@@ -33,10 +33,10 @@ def register_without_routing() -> None:
     from vllm.logger import init_logger
 
     logger = init_logger(LOGGER_NAME)
-    patches = invariance_patches(installed_release())
-    targets = [(p.target, "replaced") for p in patches]
-    targets += [(t, "relied on") for p in patches for t in p.relies_on]
-    guard = check_targets(list(dict.fromkeys(targets)))
+    patches = (
+        batch_invariance_patches(installed_release()) if BATCH_INVARIANT.read().enabled else []
+    )
+    guard = check_targets(guarded_targets(patches))
     where = f"[pid {os.getpid()} {multiprocessing.current_process().name}]"
     if guard.refusal is not None:
         logger.warning(
@@ -46,6 +46,6 @@ def register_without_routing() -> None:
     apply_all(patches)
     logger.info(
         "gdn_invariant control without routing: patched %s %s",
-        describe_patches(patches) or "nothing (VLLM_BATCH_INVARIANT unset)",
+        describe(patches) or "nothing (VLLM_BATCH_INVARIANT unset)",
         where,
     )

@@ -65,7 +65,9 @@ def recorder(monkeypatch):
 
 @pytest.fixture
 def patched():
-    with applied(gated_norm_patches(HAS_QWEN3_5_FUSED_NORM)):
+    # the Qwen3.5 binding where its module imports (vLLM 0.34; its package needs torchvision)
+    patches = [p for p in gated_norm_patches() if p.binding is None or HAS_QWEN3_5_FUSED_NORM]
+    with applied(patches):
         yield
 
 

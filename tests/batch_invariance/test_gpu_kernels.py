@@ -115,7 +115,7 @@ def test_gated_norm_rows_get_the_same_bits_alone_and_among_many_with_the_plugin(
     x = torch.randn(20000, V, generator=g).to(torch.bfloat16).cuda()
     z = torch.randn(20000, V, generator=g).to(torch.bfloat16).cuda()
     weight = torch.randn(V, generator=g).to(torch.bfloat16).cuda()
-    with applied(gated_norm_patches(False)):
+    with applied(gated_norm_patches()[:1]):  # layernorm_guard's, which rmsnorm_fn launches
         many = rmsnorm_fn(x, weight, None, z=z, eps=1e-6, norm_before_gate=False)
         alone = [
             rmsnorm_fn(x[i : i + 1], weight, None, z=z[i : i + 1], eps=1e-6, norm_before_gate=False)

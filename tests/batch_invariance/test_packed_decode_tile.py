@@ -10,8 +10,11 @@ import torch
 from packaging.version import Version
 
 from vllm_gdn_invariant.patches import applied
-from vllm_gdn_invariant.patches.batch_invariance import PACKED_DECODE_TILE_SINCE
-from vllm_gdn_invariant.patches.bi_packed_decode import packed_decode_patch, pinned_tile
+from vllm_gdn_invariant.patches.bi_packed_decode import (
+    PACKED_DECODE_TILE_SINCE,
+    packed_decode_patch,
+    pinned_tile,
+)
 from vllm_gdn_invariant.plugin.versions import installed_release
 
 H, HV, K, V = 2, 4, 128, 128
@@ -77,7 +80,7 @@ def decode(fused_recurrent, batch: int, state_dtype=torch.float32) -> None:
 
 
 release = installed_release()
-if release is not None and Version(release) >= PACKED_DECODE_TILE_SINCE:
+if release is not None and Version(release) >= Version(PACKED_DECODE_TILE_SINCE):
     from vllm.third_party.flash_linear_attention.ops import fused_recurrent
 
     @pytest.fixture

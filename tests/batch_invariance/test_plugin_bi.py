@@ -7,16 +7,14 @@ import functools
 
 import pytest
 
-from vllm_gdn_invariant.patches import applied
+from vllm_gdn_invariant.patches import applied, batch_invariance_patches
 from vllm_gdn_invariant.patches.base import PATCH_ATTR
-from vllm_gdn_invariant.patches.batch_invariance import (
-    batch_invariance_patches,
-)
-from vllm_gdn_invariant.patches.bi_patch import BatchInvariancePatch, batch_invariant_enabled
+from vllm_gdn_invariant.patches.bi_patch import GROUP
 from vllm_gdn_invariant.patches.bi_selector import GET_ATTN_BACKEND
 from vllm_gdn_invariant.plugin import entry
-from vllm_gdn_invariant.plugin.config import Mode, PluginConfig
+from vllm_gdn_invariant.plugin.config import ConfigError, Mode, PluginConfig
 from vllm_gdn_invariant.plugin.versions import FINGERPRINTS, check_targets, installed_release
+from vllm_gdn_invariant.plugin.vllm_env import BATCH_INVARIANT
 
 LABELS = (
     "qwen-gdn-backend",
@@ -36,14 +34,14 @@ def batch_invariant(monkeypatch):
 def test_batch_invariant_mode_adds_its_patches_after_the_routing(batch_invariant):
     patches = entry.patches_for(PluginConfig(mode=Mode.ROUTE))
     assert patches[0].name == "QwenGatedDeltaNetAttention._forward_core"
-    invariance = [p for p in patches if isinstance(p, BatchInvariancePatch)]
+    invariance = [p for p in patches if p.group == GROUP]
     assert tuple(dict.fromkeys(p.name for p in invariance))[: len(LABELS)] == LABELS
 
 
 def test_without_the_mode_only_the_routing_is_installed(monkeypatch):
     monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
     patches = entry.patches_for(PluginConfig(mode=Mode.ROUTE))
-    assert not any(isinstance(p, BatchInvariancePatch) for p in patches)
+    assert not any(p.group == GROUP for p in patches)
 
 
 def test_mode_off_patches_nothing_under_batch_invariant_mode(batch_invariant):
@@ -57,7 +55,7 @@ def test_mode_off_patches_nothing_under_batch_invariant_mode(batch_invariant):
      ("0.34.0", True, True)],
 )  # fmt: skip
 def test_release_specific_patches(release, tile, fused_norm):
-    patches = batch_invariance_patches(release, enabled=True)
+    patches = batch_invariance_patches(release)
     names = [p.name for p in patches]
     assert ("blackwell-decode-tile" in names) == tile
     assert (sum(n == "gated-norm-rows-1" for n in names) == 2) == fused_norm
@@ -89,14 +87,14 @@ def test_a_changed_batch_invariance_target_refuses_everything(batch_invariant, m
 
 
 def test_every_patch_applies_and_reverts_to_vllms_own(batch_invariant):
-    patches = batch_invariance_patches(installed_release(), enabled=True)
+    patches = batch_invariance_patches(installed_release())
     originals = [p.current() for p in patches]
     with applied(patches):
-        for patch in patches:
+        for patch, original in zip(patches, originals, strict=True):
             live = patch.current()
             inner = getattr(live, "__func__", live)
-            assert getattr(live, PATCH_ATTR, None) or getattr(inner, PATCH_ATTR, None)
-    assert [p.current() for p in patches] == originals
+            assert getattr(inner, PATCH_ATTR, None) is original
+    assert all(p.current() is o for p, o in zip(patches, originals, strict=True))
 
 
 @pytest.mark.parametrize("value", ["0", "1", "2", "-1"])
@@ -104,7 +102,7 @@ def test_the_switch_is_read_as_vllm_reads_it(monkeypatch, value):
     import vllm.envs as envs
 
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", value)
-    assert batch_invariant_enabled() is envs.VLLM_BATCH_INVARIANT
+    assert BATCH_INVARIANT.read().enabled is envs.VLLM_BATCH_INVARIANT
 
 
 def test_a_value_vllm_cannot_read_raises_a_clear_error(monkeypatch):
@@ -113,5 +111,5 @@ def test_a_value_vllm_cannot_read_raises_a_clear_error(monkeypatch):
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "yes")
     with pytest.raises(ValueError):
         envs.VLLM_BATCH_INVARIANT  # noqa: B018 - vLLM raises too
-    with pytest.raises(ValueError, match="VLLM_BATCH_INVARIANT='yes' is not an integer"):
-        batch_invariant_enabled()
+    with pytest.raises(ConfigError, match="VLLM_BATCH_INVARIANT='yes' is not valid; valid values"):
+        BATCH_INVARIANT.read()

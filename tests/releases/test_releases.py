@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from packaging.version import Version
 
-from ..conftest import SUPPORTED_CUDA_VERSIONS
+from vllm_gdn_invariant.plugin.versions import SUPPORTED_VERSIONS
+
 from .overlay import ROOT, release_env, release_tree
 
 pytestmark = pytest.mark.wheels
@@ -49,14 +50,14 @@ def run_suite(version: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def suite_runs() -> dict[str, subprocess.CompletedProcess]:
-    for version in SUPPORTED_CUDA_VERSIONS:
+    for version in SUPPORTED_VERSIONS:
         release_tree(version)  # extract serially; the runs then only read
     with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = pool.map(run_suite, SUPPORTED_CUDA_VERSIONS)
-        return dict(zip(SUPPORTED_CUDA_VERSIONS, runs, strict=True))
+        runs = pool.map(run_suite, SUPPORTED_VERSIONS)
+        return dict(zip(SUPPORTED_VERSIONS, runs, strict=True))
 
 
-@pytest.mark.parametrize("version", SUPPORTED_CUDA_VERSIONS)
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 def test_routing_suite_passes_on_the_release(suite_runs, version):
     proc = suite_runs[version]
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""

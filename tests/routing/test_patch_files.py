@@ -1,4 +1,4 @@
-"""patches/vllm-<version>/*.patch: equal to the plugin's change, and applicable as shipped."""
+"""vllm-diffs/vllm-<version>/*.patch: equal to the plugin's change, and applicable as shipped."""
 
 from __future__ import annotations
 
@@ -17,33 +17,32 @@ from vllm_gdn_invariant.patches.diffs import (
     unified_diff,
 )
 from vllm_gdn_invariant.plugin.fingerprint import fingerprint
-from vllm_gdn_invariant.plugin.versions import FINGERPRINTS, FORWARD_CORE
-
-from ..conftest import SUPPORTED_CUDA_VERSIONS
+from vllm_gdn_invariant.plugin.versions import FINGERPRINTS, FORWARD_CORE, SUPPORTED_VERSIONS
 
 pytestmark = pytest.mark.wheels
 
 ROOT = Path(__file__).resolve().parents[2]
+DIFFS_FOLDER = "vllm-diffs"
 
 
 def patch_file(version: str) -> Path:
-    return ROOT / "patches" / f"vllm-{version}" / PATCH_FILE_NAME
+    return ROOT / DIFFS_FOLDER / f"vllm-{version}" / PATCH_FILE_NAME
 
 
 def test_there_is_one_patch_per_supported_version():
-    shipped = sorted(p.parent.name for p in (ROOT / "patches").glob(f"*/{PATCH_FILE_NAME}"))
-    assert shipped == [f"vllm-{v}" for v in SUPPORTED_CUDA_VERSIONS]
+    shipped = sorted(p.parent.name for p in (ROOT / DIFFS_FOLDER).glob(f"*/{PATCH_FILE_NAME}"))
+    assert shipped == [f"vllm-{v}" for v in SUPPORTED_VERSIONS]
 
 
-@pytest.mark.parametrize("version", SUPPORTED_CUDA_VERSIONS)
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 def test_committed_patch_equals_the_plugins_change(version, wheel_source):
     pristine = wheel_source(version, MODULE_PATH)
     assert patch_file(version).read_text(encoding="utf-8") == unified_diff(pristine), (
-        "patches/ is stale: run python scripts/make_patches.py"
+        "vllm-diffs/ is stale: run python scripts/make_patches.py"
     )
 
 
-@pytest.mark.parametrize("version", SUPPORTED_CUDA_VERSIONS)
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 def test_patch_applies_to_the_pristine_file_and_keeps_upstream_intact(
     version, wheel_source, tmp_path
 ):

@@ -18,7 +18,7 @@ from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
 from vllm_gdn_invariant.patches import applied, apply_all, routed_forward_core, routing_patch
 from vllm_gdn_invariant.patches.base import PatchError
-from vllm_gdn_invariant.patches.shadow import WrapPatch, shadow_patches
+from vllm_gdn_invariant.patches.shadow import shadow_patches
 from vllm_gdn_invariant.shadow import checker as checker_module
 from vllm_gdn_invariant.shadow import metrics
 from vllm_gdn_invariant.shadow.bits import same_bits
@@ -269,12 +269,13 @@ def test_wrapper_goes_over_the_plugins_own_patch_and_comes_off_in_reverse(monkey
     vllms = qwen.QwenGatedDeltaNetAttention.__dict__["_forward_core"]
     routing, (wrap, _) = routing_patch(), shadow_patches()
     apply_all([routing, wrap])
-    live = qwen.QwenGatedDeltaNetAttention.__dict__["_forward_core"]
-    assert live.__wrapped__ is wrap.original  # the routing patch's replacement
-    assert wrap.original.__wrapped__ is routed_forward_core.routed_forward_core
+    routed = qwen.QwenGatedDeltaNetAttention.__dict__["_forward_core"].__gdn_invariant_original__
+    assert routed is wrap.original  # the wrapper went over the routing patch's replacement
+    assert routed.__wrapped__ is routed_forward_core.routed_forward_core
     with pytest.raises(PatchError, match="already wrapped"):
-        WrapPatch(wrap.target, wrap.replacement, "again").apply()
+        shadow_patches()[0].apply()
     wrap.revert()
+    assert qwen.QwenGatedDeltaNetAttention.__dict__["_forward_core"] is routed
     routing.revert()
     assert qwen.QwenGatedDeltaNetAttention.__dict__["_forward_core"] is vllms
 

@@ -23,8 +23,9 @@ DESCRIPTION = (
 DOCTOR_DESCRIPTION = """\
 Print what the plugin would do in this environment, and why: its entry point, VLLM_PLUGINS,
 its configuration, the installed vLLM build and the supported ones, the platform and the
-plugin's verdict on it, vLLM's VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE, the fingerprint of
-every vLLM function it replaces or relies on, the verdict, and which engine steps are routed.
+plugin's verdict on it, vLLM's VLLM_BATCH_INVARIANT and VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE,
+the fingerprint of every vLLM function it replaces or relies on, the verdict, and which engine
+steps are routed.
 
 With --model DIR, every further argument is one of vLLM's engine flags as `vllm serve` takes
 them (--enable-prefix-caching, --no-enable-prefix-caching, --speculative-config '{...}',
@@ -38,10 +39,11 @@ DOCTOR_EPILOG = """\
 exit status:
   0  the plugin would patch (or is off), and vLLM's config, if asked for, builds
   1  the plugin would refuse (it patches nothing), or vLLM would fail: its config does not
-     build from --model DIR and the flags, it refuses the GDN prefill backend, or
-     VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE is not an integer (each on its line)
-  2  the plugin's configuration is invalid, vLLM's parser rejects a flag after --model DIR,
-     or the command line is wrong
+     build from --model DIR and the flags, or it refuses the GDN prefill backend (each on
+     its line)
+  2  the plugin's configuration is invalid, VLLM_BATCH_INVARIANT or
+     VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE holds a value vLLM cannot parse, vLLM's parser
+     rejects a flag after --model DIR, or the command line is wrong
 """
 
 DEMO_DESCRIPTION = """\

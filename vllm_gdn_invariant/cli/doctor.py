@@ -1,9 +1,11 @@
 """``doctor``: what the plugin would do here, and why.
 
 Prints the entry point, ``VLLM_PLUGINS``, the plugin's configuration, the installed vLLM build
-and the supported ones, the platform and the plugin's verdict on it, vLLM's
-``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE``, every function the plugin replaces or relies on
-with its fingerprint status, the verdict, and which engine steps are routed
+(and, for a release without a table of its own, the supported one whose fingerprints it
+matches) and the supported ones, the platform and the plugin's verdict on it, vLLM's
+``VLLM_BATCH_INVARIANT`` and ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE`` (read as the plugin
+reads them, ``plugin/vllm_env.py``), every function the plugin replaces or relies on with its
+fingerprint status, the verdict, and which engine steps are routed
 (:func:`~vllm_gdn_invariant.plugin.scope.routing_scope`).
 
 ``doctor --model DIR [vLLM engine flags ...]`` also builds vLLM's config as ``vllm serve``
@@ -13,9 +15,10 @@ account for them.
 
 Exit status: 0 when the plugin would patch (or is off) and vLLM's config, if asked for,
 builds; 1 when the plugin would refuse, or vLLM fails to build its config (or refuses the
-prefill backend, or cannot read ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE``); 2 when the
-plugin's configuration is invalid or vLLM's parser rejects a flag after ``--model DIR``.
-Each failure is printed on its line; none ends in a traceback.
+prefill backend); 2 when the plugin's configuration is invalid, ``VLLM_BATCH_INVARIANT`` or
+``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE`` holds a value vLLM cannot parse, or vLLM's parser
+rejects a flag after ``--model DIR``. Each failure is printed on its line; none ends in a
+traceback.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from packaging.version import Version
 
 from vllm_gdn_invariant import __version__, cli
 from vllm_gdn_invariant.cli import describe_error
-from vllm_gdn_invariant.patches.bi_patch import batch_invariant_enabled
 from vllm_gdn_invariant.patches.history_replay import (
     CHECKPOINT_NOTE,
     KV_CONNECTOR_NOTE,
@@ -43,12 +45,9 @@ from vllm_gdn_invariant.patches.history_replay import (
 from vllm_gdn_invariant.plugin.config import ConfigError, load_config
 from vllm_gdn_invariant.plugin.entry import PluginStatus, plan
 from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
-from vllm_gdn_invariant.plugin.scope import (
-    FLASHINFER_CHECKPOINTS_SINCE,
-    PACKED_DECODE_ENV,
-    routing_scope,
-)
+from vllm_gdn_invariant.plugin.scope import FLASHINFER_CHECKPOINTS_SINCE, routing_scope
 from vllm_gdn_invariant.plugin.versions import installed_vllm, supported_builds
+from vllm_gdn_invariant.plugin.vllm_env import BATCH_INVARIANT, PACKED_DECODE, FlagValue, VllmFlag
 
 if TYPE_CHECKING:
     from vllm_gdn_invariant.cli.serve_config import ServeConfig
@@ -129,36 +128,56 @@ def platform_check_text(check: PlatformCheck | None, error: str | None) -> str:
 
 
 @dataclass(frozen=True)
-class PackedDecode:
-    """vLLM's ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE`` in this environment."""
+class FlagReport:
+    """One of vLLM's variables as the plugin reads it: its value, or why vLLM cannot read it."""
 
-    raw: str | None
-    enabled: bool | None  # None: vLLM cannot parse it
+    value: FlagValue | None
+    invalid: str | None = None
 
     @classmethod
-    def from_env(cls) -> PackedDecode:
-        raw = os.environ.get(PACKED_DECODE_ENV)
-        if raw is None:
-            return cls(None, True)
+    def read(cls, flag: VllmFlag) -> FlagReport:
         try:
-            return cls(raw, bool(int(raw)))  # vLLM's envs.py: bool(int(os.getenv(..., "1")))
-        except ValueError:
-            return cls(raw, None)
+            return cls(flag.read())
+        except ConfigError as exc:
+            return cls(None, str(exc))
 
-    def text(self) -> str:
-        if self.raw is None:
-            return f"on ({PACKED_DECODE_ENV} unset; vLLM's default is 1)"
-        if self.enabled is None:
-            return (
-                f"INVALID: {PACKED_DECODE_ENV}={self.raw!r} is not an integer; vLLM raises "
-                "ValueError when it builds a GDN layer"
-            )
-        if self.enabled:
-            return f"on ({PACKED_DECODE_ENV}={self.raw})"
-        return (
-            f"off ({PACKED_DECODE_ENV}={self.raw}): vLLM runs every decode row through "
-            "fused_sigmoid_gating_delta_rule_update"
-        )
+    @property
+    def enabled(self) -> bool | None:
+        """On or off; None when the value is invalid."""
+        return None if self.value is None else self.value.enabled
+
+
+def batch_invariant_text(report: FlagReport) -> str:
+    if report.value is None:
+        return f"INVALID: {report.invalid}"
+    if report.value.enabled:
+        return report.value.describe() + ": the plugin adds the batch-invariance patches"
+    return report.value.describe()
+
+
+def packed_decode_text(report: FlagReport) -> str:
+    if report.value is None:
+        return f"INVALID: {report.invalid}"
+    if report.value.raw is None:
+        return f"on ({PACKED_DECODE.name} unset; vLLM's default is {PACKED_DECODE.default})"
+    if report.value.enabled:
+        return report.value.describe()
+    return (
+        report.value.describe()
+        + ": vLLM runs every decode row through fused_sigmoid_gating_delta_rule_update"
+    )
+
+
+def build_text(status: PluginStatus) -> str:
+    """The installed build as the guard saw it (with the supported build whose fingerprints
+    it matches, when it has no table of its own)."""
+    if status.guard is not None:
+        return status.guard.describe_build()
+    installed = installed_vllm()
+    if installed is None:
+        return "not installed"
+    why = "mode off" if status.config.installs_nothing else "the plugin refuses first"
+    return f"{installed.describe()} (fingerprints not checked: {why})"
 
 
 def target_lines(status: PluginStatus) -> list[str]:
@@ -265,21 +284,21 @@ def run(args: argparse.Namespace) -> int:
     code = EXIT_OK if serve is None else serve.code
 
     status = plan(config)
-    guard = status.guard
-    build = "not checked (mode off)"
-    if guard is not None:
-        build = "not installed" if guard.installed is None else guard.installed.describe()
     platform, platform_error = read_platform()
-    packed = PackedDecode.from_env()
+    batch_invariant = FlagReport.read(BATCH_INVARIANT)
+    packed = FlagReport.read(PACKED_DECODE)
     lines += [
         line("config", config.describe()),
-        line("vLLM", build),
+        line("vLLM", build_text(status)),
         line("supported", ", ".join(supported_builds())),
         line("platform", platform_line()),
         line("platform check", platform_check_text(platform, platform_error)),
-        line("packed decode", packed.text()),
+        line("invariance", batch_invariant_text(batch_invariant)),
+        line("packed decode", packed_decode_text(packed)),
         *target_lines(status),
     ]
+    if batch_invariant.invalid or packed.invalid:
+        code = max(code, EXIT_INVALID)
     if status.refusal is not None:
         consequence = "raise at startup (strict)" if config.strict else "patch nothing"
         lines.append(line("verdict", f"REFUSE ({consequence}): {status.refusal}"))
@@ -295,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
         lines += serve_report(serve, platform)
 
     served = None if serve is None else serve.config
-    if packed.enabled is None or (served is not None and served.prefill_backend_error):
+    if served is not None and served.prefill_backend_error:
         code = max(code, EXIT_REFUSED)
     installed = installed_vllm()
     scope = routing_scope(
@@ -309,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
     )
     undetermined = None
     if scope.routed and packed.enabled is None:
-        undetermined = f"{PACKED_DECODE_ENV} is invalid"
+        undetermined = f"{PACKED_DECODE.name} is invalid"
     elif scope.routed and serve is not None and served is None:
         undetermined = "vLLM's config was not built"
     elif scope.routed and served is not None and served.prefill_backend_error is not None:
@@ -328,8 +347,8 @@ def run(args: argparse.Namespace) -> int:
 def replay_text(config, served, platform: PlatformCheck | None, installed) -> str:
     """Whether a preempted request's recomputation replays its history, and why not."""
     try:
-        batch_invariant = batch_invariant_enabled()
-    except ValueError as exc:
+        batch_invariant = BATCH_INVARIANT.read().enabled
+    except ConfigError as exc:
         return f"not determined: {exc}"
     off = replay_off_reason(config.replay, config.mode.value, batch_invariant)
     if off is not None:

@@ -19,6 +19,7 @@ GDN model's block size is a multiple of 64 tokens.
   checkpoints are on (``get_mamba_prefill_checkpoint_alignment``); under the mode the prefill
   is Triton (``bi_prefill.py``), which declares no such alignment.
 * **Remove when**: vLLM aligns GDN mamba blocks to the chunk grid under batch-invariant mode.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
-from vllm_gdn_invariant.patches.bi_patch import CHUNK_GRID, BatchInvariancePatch, is_qwen_gdn_model
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
+from vllm_gdn_invariant.patches.bi_patch import CHUNK_GRID, GROUP, is_qwen_gdn_model
 
 PLATFORM_MODULE = "vllm.platforms.interface"
 
@@ -58,12 +59,13 @@ def make_align(original: Callable[..., None]) -> Callable[..., None]:
     return _align_hybrid_block_size
 
 
-def align_block_patch() -> BatchInvariancePatch:
-    return BatchInvariancePatch(
+def align_block_patch() -> Patch:
+    return Patch(
         target=ALIGN_HYBRID_BLOCK,
-        replacement="vllm_gdn_invariant.patches.bi_align_block:make_align",
+        replacement=make_align,
         why="align-mode block size on the 64-token grid for Qwen GDN models",
         relies_on=(UPDATE_BLOCK_SIZE,),  # calls it after choosing the backend's block size
         kind="classmethod",
         label="align-block-64",
+        group=GROUP,
     )

@@ -2,10 +2,15 @@
 fixed config, so that no process picks another tile than the last one.
 
 * **Targets**: the eleven ``@triton.autotune`` kernels of vLLM's FLA chunk prefill
-  (``vllm/third_party/flash_linear_attention/ops/``: ``chunk_delta_h``, ``chunk_o``,
-  ``chunk_scaled_dot_kkt``, ``cumsum`` (2), ``l2norm`` (2), ``solve_tril`` (3),
-  ``wy_fast``), each replaced in its module by a copy of its autotuner whose config list is
-  the one config :func:`pinned_config` picks from vLLM's own list.
+  (``vllm/third_party/flash_linear_attention/ops/``): ``chunk_delta_h``'s
+  ``chunk_gated_delta_rule_fwd_kernel_h_blockdim64``, ``chunk_o``'s ``chunk_fwd_kernel_o``,
+  ``chunk_scaled_dot_kkt``'s ``chunk_scaled_dot_kkt_fwd_kernel``, ``cumsum``'s
+  ``chunk_local_cumsum_scalar_kernel`` and ``chunk_local_cumsum_vector_kernel``, ``l2norm``'s
+  ``l2norm_fwd_kernel1`` and ``l2norm_fwd_kernel``, ``solve_tril``'s
+  ``solve_tril_16x16_kernel``, ``merge_16x16_to_32x32_inverse_kernel`` and
+  ``merge_16x16_to_64x64_inverse_kernel``, ``wy_fast``'s ``recompute_w_u_fwd_kernel``; each
+  replaced in its module by a copy of its autotuner whose config list is the one config
+  :func:`pinned_config` picks from vLLM's own list.
 * **Why**: Triton autotunes a kernel on its first launch per key, by timing every config, and
   keeps the fastest for the process. The configs tile the work differently (value and key
   blocks, warps, pipeline stages), and a tile changes the arithmetic, so two processes, the
@@ -16,6 +21,7 @@ fixed config, so that no process picks another tile than the last one.
 * **Upstream**: vllm-project/vllm PR #55895 (open) pins Mamba2's SSD configs the same way
   under batch-invariant mode; nothing for the GDN kernels.
 * **Remove when**: vLLM pins (or stops autotuning) the FLA chunk kernels under the mode.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1.
 
 The choice is a rule on vLLM's own list (its lists depend on the release and the device), not
 a table: 4 warps and 2 stages where the list has them, then the largest tiles, the list's
@@ -38,8 +44,8 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
-from vllm_gdn_invariant.patches.bi_patch import BatchInvariancePatch
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
+from vllm_gdn_invariant.patches.bi_patch import GROUP
 
 FLA_OPS = "vllm.third_party.flash_linear_attention.ops"
 AUTOTUNED_KERNELS = (
@@ -115,14 +121,15 @@ def _passthrough(function: Callable[..., Any]) -> Callable[..., Any]:
     return kernel
 
 
-def autotune_patches() -> list[BatchInvariancePatch]:
+def autotune_patches() -> list[Patch]:
     return [
-        BatchInvariancePatch(
+        Patch(
             target=target,
-            replacement="vllm_gdn_invariant.patches.bi_autotune:pin",
+            replacement=pin,
             why="one fixed config for an autotuned FLA chunk-prefill kernel",
             kind="object",
             label="pinned-prefill-configs",
+            group=GROUP,
         )
         for target in TARGETS
     ]

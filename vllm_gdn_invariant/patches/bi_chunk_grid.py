@@ -35,6 +35,7 @@ the 64-token grid of the GDN chunk kernels.
   its recovery.
 * **Remove when**: vLLM aligns GDN prefill chunks to the kernel grid under the mode and ends a
   recomputed request's chunks at its prompt's end.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1.
 """
 
 from __future__ import annotations
@@ -42,11 +43,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
 from vllm_gdn_invariant.patches.bi_patch import (
     CHUNK_GRID,
+    GROUP,
     BatchInvarianceConfigError,
-    BatchInvariancePatch,
     is_qwen_gdn_model,
 )
 
@@ -223,21 +224,22 @@ def make_split(original: Callable[..., int]) -> Callable[..., int]:
     return _mamba_block_aligned_split
 
 
-def scheduler_patches(history: bool = False) -> list[BatchInvariancePatch]:
+def scheduler_patches(history: bool = False) -> list[Patch]:
     """The grid's two patches; ``history``: with the history replay's rule."""
-    init = "make_grid_history_init" if history else "make_init"
     return [
-        BatchInvariancePatch(
+        Patch(
             target=SCHEDULER_INIT,
-            replacement=f"vllm_gdn_invariant.patches.bi_chunk_grid:{init}",
+            replacement=make_grid_history_init if history else make_init,
             why="turn the prefill split on for Qwen GDN models; refuse what the grid cannot serve",
             relies_on=(SCHEDULE,),  # calls _mamba_block_aligned_split where the flag is set
             label="chunk-grid-64",
+            group=GROUP,
         ),
-        BatchInvariancePatch(
+        Patch(
             target=ALIGNED_SPLIT,
-            replacement="vllm_gdn_invariant.patches.bi_chunk_grid:make_split",
+            replacement=make_split,
             why="non-final prefill chunks end on the 64-token grid of the GDN chunk kernels",
             label="chunk-grid-64",
+            group=GROUP,
         ),
     ]

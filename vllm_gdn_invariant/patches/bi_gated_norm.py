@@ -17,6 +17,8 @@ program, whatever the number of rows.
   more, smaller programs.
 * **Upstream**: none.
 * **Remove when**: vLLM fixes the tile under batch-invariant mode.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1;
+  vllm.models.qwen3_5.nvidia.ops.fused_gdn_gated_norm:calc_rows_per_block from vLLM 0.34.0.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
-from vllm_gdn_invariant.patches.bi_patch import BatchInvariancePatch
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
+from vllm_gdn_invariant.patches.bi_patch import GROUP
 
 LAYERNORM_GUARD_MODULE = "vllm.third_party.flash_linear_attention.ops.layernorm_guard"
 QWEN3_5_GATED_NORM_MODULE = "vllm.models.qwen3_5.nvidia.ops.fused_gdn_gated_norm"
@@ -47,26 +49,29 @@ def make_rows_per_block(original: Callable[..., int]) -> Callable[..., int]:
     return calc_rows_per_block
 
 
-def gated_norm_patches(qwen3_5_fused_norm: bool) -> list[BatchInvariancePatch]:
-    """The layernorm_guard patch, and the Qwen3.5 binding where the release has that module."""
-    patches = [
-        BatchInvariancePatch(
+QWEN3_5_FUSED_NORM_SINCE = "0.34.0"  # vllm/models/qwen3_5/nvidia/ops
+
+
+def gated_norm_patches() -> list[Patch]:
+    """The layernorm_guard patch, and the Qwen3.5 binding (from vLLM 0.34, which has that
+    module)."""
+    return [
+        Patch(
             target=ROWS_PER_BLOCK,
-            replacement="vllm_gdn_invariant.patches.bi_gated_norm:make_rows_per_block",
+            replacement=make_rows_per_block,
             why="gated RMSNorm after the GDN core: one row per program, not a count of the step",
             relies_on=(LAYER_NORM_FWD, LAYER_NORM_KERNEL_CLASS),
             label="gated-norm-rows-1",
-        )
+            group=GROUP,
+        ),
+        Patch(
+            target=ROWS_PER_BLOCK,
+            replacement=make_rows_per_block,
+            why="the same for Qwen3.5's fused gated norm (vLLM 0.34), which imports it",
+            relies_on=(QWEN3_5_GATED_NORM,),
+            binding=QWEN3_5_GATED_NORM_MODULE,
+            label="gated-norm-rows-1",
+            group=GROUP,
+            since=QWEN3_5_FUSED_NORM_SINCE,
+        ),
     ]
-    if qwen3_5_fused_norm:
-        patches.append(
-            BatchInvariancePatch(
-                target=ROWS_PER_BLOCK,
-                replacement="vllm_gdn_invariant.patches.bi_gated_norm:make_rows_per_block",
-                why="the same for Qwen3.5's fused gated norm (vLLM 0.34), which imports it",
-                relies_on=(QWEN3_5_GATED_NORM,),
-                owner_module=QWEN3_5_GATED_NORM_MODULE,
-                label="gated-norm-rows-1",
-            )
-        )
-    return patches

@@ -19,6 +19,7 @@ on Blackwell does not depend on the batch size.
   branch, so no GPU measurement backs it.
 * **Upstream**: none.
 * **Remove when**: vLLM fixes the tile under batch-invariant mode.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1; from vLLM 0.33.0.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
-from vllm_gdn_invariant.patches.bi_patch import BatchInvariancePatch
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
+from vllm_gdn_invariant.patches.bi_patch import GROUP
 
 FUSED_RECURRENT_MODULE = "vllm.third_party.flash_linear_attention.ops.fused_recurrent"
 
@@ -39,6 +40,7 @@ PACKED_DECODE = SourceTarget(
 )
 
 BLACKWELL_FAMILY = 100
+PACKED_DECODE_TILE_SINCE = "0.33.0"  # the Blackwell BV choice
 
 
 def pinned_tile(bv: int, k: int, v: int, float32_state: bool, blackwell: bool) -> int:
@@ -94,12 +96,14 @@ def make_launcher(kernel: Any) -> PinnedTileLauncher:
     return PinnedTileLauncher(kernel)
 
 
-def packed_decode_patch() -> BatchInvariancePatch:
-    return BatchInvariancePatch(
+def packed_decode_patch() -> Patch:
+    return Patch(
         target=PACKED_DECODE_KERNEL,
-        replacement="vllm_gdn_invariant.patches.bi_packed_decode:make_launcher",
+        replacement=make_launcher,
         why="Blackwell packed-decode value tile pinned, not chosen from B*HV",
         relies_on=(PACKED_DECODE,),  # launches the kernel with keyword arguments, BV from B*HV
         kind="object",
         label="blackwell-decode-tile",
+        group=GROUP,
+        since=PACKED_DECODE_TILE_SINCE,
     )

@@ -18,6 +18,7 @@
 * **Upstream**: none; FlashInfer's ``use_cp=False`` would be the alternative once vLLM passes
   it (vLLM PR #49827 keeps FlashInfer on SM90+).
 * **Remove when**: vLLM pins the GDN prefill implementation under batch-invariant mode.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
-from vllm_gdn_invariant.patches.bi_patch import BatchInvariancePatch
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
+from vllm_gdn_invariant.patches.bi_patch import GROUP
 from vllm_gdn_invariant.patches.routing import PREFILL_DISPATCH, QWEN_GDN_MODULE
 
 RESOLVE_PREFILL = SourceTarget(QWEN_GDN_MODULE, "_resolve_gdn_prefill_backend")
@@ -61,12 +62,13 @@ def make_resolve(
     return _resolve_gdn_prefill_backend
 
 
-def prefill_patch() -> BatchInvariancePatch:
-    return BatchInvariancePatch(
+def prefill_patch() -> Patch:
+    return Patch(
         target=RESOLVE_PREFILL,
-        replacement="vllm_gdn_invariant.patches.bi_prefill:make_resolve",
+        replacement=make_resolve,
         why="one GDN prefill implementation (Triton/FLA): FlashInfer picks its context-"
         "parallel kernel from the number of sequences in the step",
         relies_on=RELIES_ON,
         label="triton-prefill",
+        group=GROUP,
     )

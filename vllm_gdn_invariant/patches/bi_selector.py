@@ -18,6 +18,7 @@
   batch-invariance support for Qwen GDN on SM90+.
 * **Remove when**: a supported vLLM declares it for Qwen GDN layers and closes the sources
   itself; drop this patch for that version.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
-from vllm_gdn_invariant.patches.bi_patch import COVERAGE, BatchInvariancePatch
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
+from vllm_gdn_invariant.patches.bi_patch import COVERAGE, GROUP
 from vllm_gdn_invariant.patches.routing import GDN_BACKEND_MODULE, QWEN_GDN_CLASS
 
 MAMBA_ABSTRACT_MODULE = "vllm.model_executor.layers.mamba.abstract"
@@ -73,12 +74,13 @@ def make_get_attn_backend(original: Callable[[Any], Any]) -> Callable[[Any], Any
     return get_attn_backend
 
 
-def selector_patch() -> BatchInvariancePatch:
-    return BatchInvariancePatch(
+def selector_patch() -> Patch:
+    return Patch(
         target=GET_ATTN_BACKEND,
-        replacement="vllm_gdn_invariant.patches.bi_selector:make_get_attn_backend",
+        replacement=make_get_attn_backend,
         why="QwenGatedDeltaNetAttention gets GDNAttentionBackend under batch-invariant mode; "
         "Kimi/Olmo GDN layers keep vLLM's refusal, which says what the plugin covers",
         relies_on=RELIES_ON,
         label="qwen-gdn-backend",
+        group=GROUP,
     )

@@ -18,6 +18,7 @@
 * **Upstream**: none.
 * **Remove when**: vLLM carries the prefill state exactly across chunks in batch-invariant
   mode, or makes float32 the GDN state dtype there.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
 from vllm_gdn_invariant.patches.bi_patch import (
+    GROUP,
     BatchInvarianceConfigError,
-    BatchInvariancePatch,
     is_qwen_gdn_model,
 )
 
@@ -94,12 +95,13 @@ def make_hook(original: Callable[..., None]) -> Callable[..., None]:
     return verify_and_update_config
 
 
-def ssm_state_patch() -> BatchInvariancePatch:
-    return BatchInvariancePatch(
+def ssm_state_patch() -> Patch:
+    return Patch(
         target=HYBRID_CONFIG_HOOK,
-        replacement="vllm_gdn_invariant.patches.bi_ssm_state:make_hook",
+        replacement=make_hook,
         why="float32 recurrent state for Qwen GDN models, so that chunk splits carry it exactly",
         relies_on=RELIES_ON,
         kind="classmethod",
         label="float32-gdn-state",
+        group=GROUP,
     )

@@ -4,7 +4,7 @@
 ``_forward_core`` is renamed ``_forward_core_upstream``, the plugin's
 :func:`~vllm_gdn_invariant.patches.routed_forward_core.routed_forward_core` is inserted
 before it as the new ``_forward_core``, and the helpers it calls are inserted before the
-class. The inserted text is the plugin's own source, so the diffs under ``patches/`` and the
+class. The inserted text is the plugin's own source, so the diffs under ``vllm-diffs/`` and the
 plugin are one change.
 """
 

@@ -20,6 +20,7 @@
 * **Upstream**: none; golden-matched kernels are this package's.
 * **Remove when**: never for mode ``golden``; the targets follow vLLM's decode-path methods
   (fingerprinted per version).
+* **Applies**: mode golden.
 
 Mode ``golden`` needs vLLM's packed decode path (``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE``
 on, its default): with it off, vLLM runs decode-only steps through
@@ -29,7 +30,10 @@ the combination at startup.
 
 from __future__ import annotations
 
-from vllm_gdn_invariant.patches.base import MethodPatch, SourceTarget
+from collections.abc import Callable
+from typing import Any
+
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
 from vllm_gdn_invariant.patches.routing import DECODE_NON_SPEC, QWEN_GDN_MODULE
 
 CPU_GDN_MODULE = "vllm.model_executor.layers.mamba.ops.cpu.gdn_attention"
@@ -42,22 +46,37 @@ CONV_LAYOUT = SourceTarget(
 )
 CPU_UNPACKED_WEIGHT = SourceTarget(CPU_GDN_MODULE, "_unpacked_conv_weight")
 
-IMPLEMENTATION = "vllm_gdn_invariant.patches.golden_decode_step"
+
+def load_cuda_decode(original: Any) -> Callable[..., Any]:
+    """The CUDA replacement (imports vLLM and the golden-matched kernels); vLLM's method stays
+    on the class as ``_forward_core_decode_non_spec_upstream``."""
+    from vllm_gdn_invariant.patches.golden_decode_step import (
+        golden_forward_core_decode_non_spec,
+    )
+
+    return golden_forward_core_decode_non_spec
 
 
-def golden_decode_patches() -> list[MethodPatch]:
+def load_cpu_decode(original: Any) -> Callable[..., Any]:
+    """The CPU replacement (imports vLLM and the goldens)."""
+    from vllm_gdn_invariant.patches.golden_decode_step import golden_cpu_gdn_attention_nonspec
+
+    return golden_cpu_gdn_attention_nonspec
+
+
+def golden_decode_patches() -> list[Patch]:
     """The two patch objects of mode golden (CUDA decode path, CPU decode path)."""
     return [
-        MethodPatch(
+        Patch(
             target=DECODE_NON_SPEC,
-            replacement=f"{IMPLEMENTATION}:golden_forward_core_decode_non_spec",
+            replacement=load_cuda_decode,
             keep_original_as="_forward_core_decode_non_spec_upstream",
             why="mode golden: non-speculative decode rows through the golden-matched kernels",
             relies_on=(CONV_LAYOUT,),
         ),
-        MethodPatch(
+        Patch(
             target=CPU_NONSPEC,
-            replacement=f"{IMPLEMENTATION}:golden_cpu_gdn_attention_nonspec",
+            replacement=load_cpu_decode,
             keep_original_as="_cpu_gdn_attention_nonspec_upstream",
             why="mode golden on vLLM's CPU build: decode rows through the PyTorch goldens",
             relies_on=(CPU_CORE, LAYER_FORWARD_CPU, CPU_UNPACKED_WEIGHT, CONV_LAYOUT),

@@ -27,6 +27,8 @@
   the prompt's chunk boundaries and replays generated history through the decode path);
   nothing exists for GDN.
 * **Remove when**: vLLM recovers preempted GDN requests with their decode-step arithmetic.
+* **Applies**: modes route and golden, with VLLM_BATCH_INVARIANT=1, and mode golden; with
+  VLLM_GDN_INVARIANT_REPLAY=on.
 
 Where it applies: ``VLLM_GDN_INVARIANT_REPLAY=on`` (the default) with
 ``VLLM_BATCH_INVARIANT=1`` in modes ``route`` and ``golden``, and in mode ``golden``. The
@@ -46,9 +48,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from vllm_gdn_invariant.patches.base import SourceTarget
-from vllm_gdn_invariant.patches.bi_chunk_grid import ALIGNED_SPLIT, SCHEDULE, SCHEDULER_INIT
-from vllm_gdn_invariant.patches.bi_patch import AttributePatch
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
+from vllm_gdn_invariant.patches.bi_chunk_grid import (
+    ALIGNED_SPLIT,
+    SCHEDULE,
+    SCHEDULER_INIT,
+    make_history_init,
+    make_split,
+)
 from vllm_gdn_invariant.patches.history_plan import (
     PLAN_ATTR,
     current_past_prompt,
@@ -66,9 +73,7 @@ COMMON_METADATA_CLASS = SourceTarget("vllm.v1.attention.backend", "CommonAttenti
 V2_STATE_MODULE = "vllm.v1.worker.gpu.model_states.mamba_hybrid"
 V2_ADD_REQUEST = SourceTarget(V2_STATE_MODULE, "MambaHybridModelState.add_request")
 V2_PREPARE_ATTN = SourceTarget(V2_STATE_MODULE, "MambaHybridModelState.prepare_attn")
-V2_PREPARE_INPUTS = SourceTarget(
-    "vllm.v1.worker.gpu.model_runner", "GPUModelRunner.prepare_inputs"
-)
+V2_PREPARE_INPUTS = SourceTarget("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.prepare_inputs")
 V2_INPUT_BATCH = SourceTarget("vllm.v1.worker.gpu.input_batch", "InputBatch")
 PROMPT_LENS_ATTR = "gdn_invariant_prompt_lens"
 
@@ -211,28 +216,28 @@ def make_prepare_attn(original: Callable[..., Any]) -> Callable[..., Any]:
     return prepare_attn
 
 
-def builder_patch() -> AttributePatch:
-    return AttributePatch(
+def builder_patch() -> Patch:
+    return Patch(
         target=METADATA_BUILD,
-        replacement="vllm_gdn_invariant.patches.history_replay:make_build",
+        replacement=make_build,
         why="attach the step's history plan: the rows that recompute generated tokens",
         relies_on=(V1_BUILD_ATTENTION_METADATA, COMMON_METADATA_CLASS, SPLIT_DECODES),
         label=LABEL,
     )
 
 
-def model_state_patches() -> list[AttributePatch]:
+def model_state_patches() -> list[Patch]:
     """Model Runner V2's mamba model state: prompt lengths per slot, past-prompt rows per step."""
     return [
-        AttributePatch(
+        Patch(
             target=V2_ADD_REQUEST,
-            replacement="vllm_gdn_invariant.patches.history_replay:make_add_request",
+            replacement=make_add_request,
             why="keep each request slot's prompt length (Model Runner V2)",
             label=LABEL,
         ),
-        AttributePatch(
+        Patch(
             target=V2_PREPARE_ATTN,
-            replacement="vllm_gdn_invariant.patches.history_replay:make_prepare_attn",
+            replacement=make_prepare_attn,
             why="say which rows of the step are past their prompt (Model Runner V2)",
             relies_on=(V2_PREPARE_INPUTS, V2_INPUT_BATCH),
             label=LABEL,
@@ -240,19 +245,28 @@ def model_state_patches() -> list[AttributePatch]:
     ]
 
 
-def history_scheduler_patches() -> list[AttributePatch]:
+def history_replay_patches(batch_invariant: bool) -> list[Patch]:
+    """The builder's and the V2 model state's patches, and without batch-invariant mode the
+    scheduler's prompt-end rule (under the mode the chunk grid's patch carries it)."""
+    patches = [builder_patch(), *model_state_patches()]
+    if not batch_invariant:
+        patches += history_scheduler_patches()
+    return patches
+
+
+def history_scheduler_patches() -> list[Patch]:
     """The prompt-end rule alone (mode golden without batch-invariant mode)."""
     return [
-        AttributePatch(
+        Patch(
             target=SCHEDULER_INIT,
-            replacement="vllm_gdn_invariant.patches.bi_chunk_grid:make_history_init",
+            replacement=make_history_init,
             why="a recomputed request's chunks end at its prompt's end",
             relies_on=(SCHEDULE,),
             label=LABEL,
         ),
-        AttributePatch(
+        Patch(
             target=ALIGNED_SPLIT,
-            replacement="vllm_gdn_invariant.patches.bi_chunk_grid:make_split",
+            replacement=make_split,
             why="a recomputed request's chunks end at its prompt's end",
             label=LABEL,
         ),

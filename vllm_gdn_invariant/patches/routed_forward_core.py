@@ -25,7 +25,7 @@ every step when vLLM's packed decode is switched off
 in every step).
 
 The module-level names below starting with ``gdn_invariant`` and :func:`routed_forward_core`
-are copied verbatim into vLLM's module by ``scripts/make_patches.py`` (``patches/`` at the
+are copied verbatim into vLLM's module by ``scripts/make_patches.py`` (``vllm-diffs/`` at the
 repository root), so they use only names that module has or that the patch imports.
 """
 

@@ -16,6 +16,7 @@
 * **Remove when**: a supported vLLM runs the decode rows of mixed steps through the
   decode-only kernels itself (PR #49827 or equivalent merged, default on); drop that version
   from the fingerprint table and this patch once it is the oldest supported.
+* **Applies**: modes route and golden.
 
 Every function the replacement relies on is named in :data:`RELIES_ON` and fingerprinted per
 vLLM version (``plugin/versions.py``); the ones that exist only in some versions (prefill
@@ -26,7 +27,10 @@ they exist. This module imports nothing from vLLM: the replacement lives in
 
 from __future__ import annotations
 
-from vllm_gdn_invariant.patches.base import MethodPatch, SourceTarget
+from collections.abc import Callable
+from typing import Any
+
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
 
 QWEN_GDN_MODULE = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 GDN_BACKEND_MODULE = "vllm.v1.attention.backends.gdn_attn"
@@ -73,20 +77,34 @@ RELIES_ON = (
     CHECKPOINT_EXPORT,  # reads the rows by cu_seqlens of the raw conv input
 )
 
-REPLACEMENT = "vllm_gdn_invariant.patches.routed_forward_core:routed_forward_core"
-REPLAY_REPLACEMENT = "vllm_gdn_invariant.patches.replayed_forward_core:replayed_forward_core"
 UPSTREAM_NAME = "_forward_core_upstream"
 
 
-def routing_patch(history_replay: bool = False) -> MethodPatch:
+def load_routed_forward_core(original: Any) -> Callable[..., Any]:
+    """The replacement, :func:`~.routed_forward_core.routed_forward_core` (imports vLLM);
+    vLLM's method (``original``) stays on the class as ``_forward_core_upstream``."""
+    from vllm_gdn_invariant.patches.routed_forward_core import routed_forward_core
+
+    return routed_forward_core
+
+
+def load_replayed_forward_core(original: Any) -> Callable[..., Any]:
+    """The replacement with decode-history replay,
+    :func:`~.replayed_forward_core.replayed_forward_core` (imports vLLM)."""
+    from vllm_gdn_invariant.patches.replayed_forward_core import replayed_forward_core
+
+    return replayed_forward_core
+
+
+def routing_patch(history_replay: bool = False) -> Patch:
     """The patch object (one per application: it records what it replaced).
 
     ``history_replay``: the replacement also replays recomputed history rows
     (``history_replay.py``).
     """
-    return MethodPatch(
+    return Patch(
         target=FORWARD_CORE,
-        replacement=REPLAY_REPLACEMENT if history_replay else REPLACEMENT,
+        replacement=load_replayed_forward_core if history_replay else load_routed_forward_core,
         keep_original_as=UPSTREAM_NAME,
         why="mixed decode+prefill steps: decode rows run causal_conv1d_update and "
         "fused_recurrent_gated_delta_rule_packed_decode, as in decode-only steps",

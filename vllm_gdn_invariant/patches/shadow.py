@@ -20,38 +20,29 @@
   state blocks before the step, lets the serving call run, recomputes the rows with a
   reference (goldens, or vLLM's decode-only path on the copy) and records the differences
   (``vllm_gdn_invariant/shadow/``). Served results are never changed.
-* **Stacking**: the routing patch (and mode golden's) replace these methods with
-  :class:`~vllm_gdn_invariant.patches.base.MethodPatch`, which refuses a target that is not
-  vLLM's own function. :class:`WrapPatch` is applied after them (``plugin.entry.patches_for``
-  lists it last) and accepts vLLM's function or a chain of this plugin's patches ending in it
-  (each keeps what it replaced under ``__gdn_invariant_original__``), never another plugin's
-  function and never a second wrapper. ``apply_all`` reverts in reverse order, so the wrapper
-  comes off first. The decode reference calls vLLM's own functions: it follows that chain down
-  to vLLM's.
+* **Stacking**: the routing patch (and mode golden's) replace these methods, and refuse a
+  target that is not vLLM's own function. The wrappers (``wraps=True``) are applied after
+  them (last in the index, ``patches/__init__.py``) and accept vLLM's function or a chain of
+  this plugin's patches ending in it (each keeps what it replaced under
+  ``__gdn_invariant_original__``), never another plugin's function and never a second
+  wrapper. Reverting goes in reverse order, so the wrapper comes off first. The decode
+  reference calls vLLM's own functions: it follows that chain down to vLLM's.
 * **Upstream**: none; a checker, not a fix.
 * **Remove when**: not tied to a vLLM change; the targets and everything the hooks read are
   fingerprinted per version (``plugin/versions.py``), so a vLLM that changes them is refused.
+* **Applies**: with VLLM_GDN_INVARIANT_SHADOW on, in every mode.
 
-The hooks live in ``shadow_hooks.py``, imported only when the patch is applied. Applying it
-also prepares this process's path for the metrics to vLLM's ``/metrics``
-(``shadow/metrics.py``).
+The hooks live in ``shadow_hooks.py``, imported only when the patch is applied. Before the
+wrappers are installed, the process is prepared (``prepare``): its path for the metrics to
+vLLM's ``/metrics`` (``shadow/metrics.py``) and the setting the checker is built from.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllm_gdn_invariant.patches.base import (
-    PATCH_ATTR,
-    MethodPatch,
-    PatchError,
-    SourceTarget,
-    resolve,
-)
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
 from vllm_gdn_invariant.patches.golden_decode import (
     CONV_LAYOUT,
     CPU_CORE,
@@ -69,10 +60,10 @@ from vllm_gdn_invariant.patches.routing import (
     SPLIT_DECODES,
 )
 
-GDN_CORE_OP = SourceTarget(QWEN_GDN_MODULE, "qwen_gdn_attention_core")
+if TYPE_CHECKING:
+    from vllm_gdn_invariant.shadow.config import ShadowConfig
 
-HOOKS = "vllm_gdn_invariant.patches.shadow_hooks"
-WRAPPER_ATTR = "__gdn_invariant_shadow__"
+GDN_CORE_OP = SourceTarget(QWEN_GDN_MODULE, "qwen_gdn_attention_core")
 
 CUDA_RELIES_ON = (
     GDN_CORE_OP,  # calls _forward_core with mixed_qkv, b, a after projection
@@ -94,90 +85,58 @@ CPU_RELIES_ON = (
 )
 
 
-def is_vllm_own(function: Callable[..., Any], target: SourceTarget) -> bool:
-    """Whether ``function`` is defined in the installed file of ``target``'s module."""
-    code = getattr(function, "__code__", None)
-    path = target.installed_source_file()
-    return (
-        code is not None
-        and path is not None
-        and os.path.realpath(code.co_filename) == os.path.realpath(path)
-    )
+def wrap_forward_core(served: Callable[..., Any]) -> Callable[..., Any]:
+    """The wrapper of ``_forward_core`` over ``served`` (imports the hooks, and vLLM)."""
+    from vllm_gdn_invariant.patches.shadow_hooks import shadow_forward_core
+
+    def _forward_core(*args: Any, **kwargs: Any) -> Any:
+        return shadow_forward_core(served, *args, **kwargs)
+
+    _forward_core.__doc__ = shadow_forward_core.__doc__
+    return _forward_core
 
 
-def vllm_own(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The function at the bottom of this plugin's patch chain (vLLM's, when patched by us)."""
-    while getattr(function, PATCH_ATTR, None) is not None:
-        function = getattr(function, PATCH_ATTR)
-    return function
+def wrap_cpu_nonspec(served: Callable[..., Any]) -> Callable[..., Any]:
+    """The wrapper of ``_cpu_gdn_attention_nonspec`` over ``served`` (imports the hooks)."""
+    from vllm_gdn_invariant.patches.shadow_hooks import shadow_cpu_gdn_attention_nonspec
+
+    def _cpu_gdn_attention_nonspec(*args: Any, **kwargs: Any) -> Any:
+        return shadow_cpu_gdn_attention_nonspec(served, *args, **kwargs)
+
+    _cpu_gdn_attention_nonspec.__doc__ = shadow_cpu_gdn_attention_nonspec.__doc__
+    return _cpu_gdn_attention_nonspec
 
 
-@dataclass
-class WrapPatch(MethodPatch):
-    """Wrap ``target``: ``hook(served, *args, **kwargs)`` runs instead, where ``served`` is the
-    function found there (vLLM's, or this plugin's replacement of it). ``replacement`` names the
-    hook (``"module:function"``)."""
+def shadow_patches(config: ShadowConfig | None = None, mode: str = "route") -> list[Patch]:
+    """The shadow checker's two wrappers (CUDA path, vLLM's CPU path); one set per application.
 
-    @property
-    def name(self) -> str:
-        return f"{self.target.qualname} (shadow)"
+    Their ``prepare`` sets up this process's metrics and the setting the checker is built
+    from: ``config`` with the plugin's ``mode`` (None: no checker is built; the hooks then
+    serve, and check only with a checker installed by hand).
+    """
 
-    def check_unpatched(self) -> None:
-        """Raise unless the live function is vLLM's own or this plugin's patch chain over it."""
-        current = self.current()
-        function = current
-        while getattr(function, PATCH_ATTR, None) is not None:
-            if getattr(function, WRAPPER_ATTR, False):
-                raise PatchError(f"{self.target.key} is already wrapped by the shadow checker")
-            function = getattr(function, PATCH_ATTR)
-        if not is_vllm_own(function, self.target):
-            raise PatchError(
-                f"{self.target.key} is not vLLM's own function (replaced by another plugin?)"
-            )
+    def prepare() -> None:
+        from vllm_gdn_invariant.patches.shadow_hooks import prepare_process
 
-    def apply(self) -> None:
-        self.check_unpatched()
-        owner = self.owner()
-        served = self.current()
-        hook = resolve(self.replacement)
+        prepare_process(config, mode)
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return hook(served, *args, **kwargs)
-
-        wrapper.__name__ = self.method_name
-        wrapper.__qualname__ = self.target.qualname
-        wrapper.__doc__ = hook.__doc__
-        wrapper.__wrapped__ = served  # type: ignore[attr-defined]
-        setattr(wrapper, PATCH_ATTR, served)
-        setattr(wrapper, WRAPPER_ATTR, True)
-        setattr(owner, self.method_name, wrapper)
-        self.original = served
-        importlib.import_module(HOOKS).prepare_process()
-
-    def revert(self) -> None:
-        if self.original is None:
-            return
-        owner = self.owner()
-        live = owner.__dict__.get(self.method_name)
-        if getattr(live, WRAPPER_ATTR, False) and getattr(live, PATCH_ATTR, None) is self.original:
-            setattr(owner, self.method_name, self.original)
-        self.original = None
-
-
-def shadow_patches() -> list[MethodPatch]:
-    """The shadow checker's two wrappers (CUDA path, vLLM's CPU path); one set per
-    application."""
     return [
-        WrapPatch(
+        Patch(
             target=FORWARD_CORE,
-            replacement=f"{HOOKS}:shadow_forward_core",
+            replacement=wrap_forward_core,
             why="shadow checker: snapshot, serve, recompute and compare sampled decode rows",
             relies_on=CUDA_RELIES_ON,
+            wraps=True,
+            prepare=prepare,
+            label=f"{FORWARD_CORE.qualname} (shadow)",
         ),
-        WrapPatch(
+        Patch(
             target=CPU_NONSPEC,
-            replacement=f"{HOOKS}:shadow_cpu_gdn_attention_nonspec",
+            replacement=wrap_cpu_nonspec,
             why="shadow checker on vLLM's CPU path",
             relies_on=CPU_RELIES_ON,
+            wraps=True,
+            prepare=prepare,
+            label=f"{CPU_NONSPEC.qualname} (shadow)",
         ),
     ]

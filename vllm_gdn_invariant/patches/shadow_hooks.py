@@ -30,16 +30,20 @@ from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 from vllm.model_executor.layers.mamba.ops.cpu import gdn_attention as cpu_gdn
 
 from vllm_gdn_invariant.patches import routed_forward_core as routing
-from vllm_gdn_invariant.patches.shadow import vllm_own
-from vllm_gdn_invariant.plugin.config import Mode
+from vllm_gdn_invariant.patches.base import vllm_own
+from vllm_gdn_invariant.patches.selection import Mode
+from vllm_gdn_invariant.shadow import checker as checker_module
 from vllm_gdn_invariant.shadow import metrics
 from vllm_gdn_invariant.shadow.checker import Probe, Site, active_checker
+from vllm_gdn_invariant.shadow.config import ShadowConfig
 from vllm_gdn_invariant.shadow.reference import GoldenParams, StateLayout
 
 
-def prepare_process() -> None:
-    """Called when the patch is applied: the path of this process's metrics to /metrics."""
+def prepare_process(config: ShadowConfig | None, mode: str) -> None:
+    """Run before the wrappers are installed: the path of this process's metrics to /metrics,
+    and the setting this process's checker is built from (None: none is built)."""
     metrics.setup_process()
+    checker_module.configure(config, mode)
 
 
 def layer_metadata(forward_context: Any, layer: Any) -> Any:

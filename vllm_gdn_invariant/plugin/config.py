@@ -8,17 +8,19 @@
 | ``VLLM_GDN_INVARIANT_REPLAY`` | ``on``, ``off`` | ``on`` |
 
 A bad value raises :class:`ConfigError`, whose message names the variable, the value and the
-valid choices. The shadow setting's grammar and checks
-(a writable output folder among them) are in ``vllm_gdn_invariant/shadow/config.py``.
+valid choices. The modes are :class:`~vllm_gdn_invariant.patches.selection.Mode` (they select
+the patches); the shadow setting's grammar and checks (a writable output folder among them)
+are in ``vllm_gdn_invariant/shadow/config.py``. vLLM's own variables the plugin reads are in
+``vllm_env.py``.
 """
 
 from __future__ import annotations
 
-import enum
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from vllm_gdn_invariant.patches.selection import Mode
 from vllm_gdn_invariant.shadow.config import ShadowConfig, ShadowSettingError, parse_shadow
 
 MODE_ENV = "VLLM_GDN_INVARIANT_MODE"
@@ -29,27 +31,13 @@ ENV_NAMES = (MODE_ENV, STRICT_ENV, SHADOW_ENV, REPLAY_ENV)
 
 
 class ConfigError(ValueError):
-    """An environment variable of the plugin holds a value it does not accept."""
+    """An environment variable the plugin reads holds a value it does not accept."""
 
     def __init__(self, name: str, value: str, choices: str) -> None:
         super().__init__(f"{name}={value!r} is not valid; valid values: {choices}")
         self.name = name
         self.value = value
         self.choices = choices
-
-
-class Mode(str, enum.Enum):
-    """What the plugin installs.
-
-    ``route``: mixed-step decode rows run vLLM's decode-only kernels.
-    ``golden``: as ``route``, and every non-speculative decode row runs the golden arithmetic
-    (the golden-matched kernels on CUDA, the goldens on vLLM's CPU build).
-    ``off``: nothing is patched (but the shadow checker, when it is on).
-    """
-
-    ROUTE = "route"
-    GOLDEN = "golden"
-    OFF = "off"
 
 
 @dataclass(frozen=True)

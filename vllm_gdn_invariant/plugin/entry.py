@@ -21,19 +21,17 @@ import os
 import threading
 from dataclasses import dataclass
 
-from vllm_gdn_invariant.patches import MethodPatch, PatchError, apply_all, routing_patch
-from vllm_gdn_invariant.patches.batch_invariance import describe_patches, invariance_patches
-from vllm_gdn_invariant.patches.bi_patch import batch_invariant_enabled
-from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
-from vllm_gdn_invariant.patches.history_replay import (
-    builder_patch,
-    history_scheduler_patches,
-    model_state_patches,
-)
-from vllm_gdn_invariant.patches.shadow import shadow_patches
-from vllm_gdn_invariant.plugin.config import Mode, PluginConfig, load_config
+from vllm_gdn_invariant.patches import Patch, PatchError, Selection, apply_all, describe, select
+from vllm_gdn_invariant.plugin.config import ConfigError, Mode, PluginConfig, load_config
 from vllm_gdn_invariant.plugin.platform import PlatformCheck, check_platform
-from vllm_gdn_invariant.plugin.versions import GuardResult, check_targets, installed_release
+from vllm_gdn_invariant.plugin.versions import (
+    GuardResult,
+    check_targets,
+    guarded_targets,
+    installed_release,
+    installed_vllm,
+)
+from vllm_gdn_invariant.plugin.vllm_env import BATCH_INVARIANT, PACKED_DECODE, FlagValue
 
 try:
     from vllm.logger import init_logger
@@ -43,11 +41,10 @@ except Exception:  # noqa: BLE001 - without vLLM (doctor) the stdlib logger of t
 LOGGER_NAME = "vllm.gdn_invariant"
 logger = init_logger(LOGGER_NAME)
 
-PACKED_DECODE_ENV = "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE"
 GOLDEN_NEEDS_PACKED_DECODE = (
-    f"VLLM_GDN_INVARIANT_MODE=golden needs {PACKED_DECODE_ENV}=1 (vLLM's default): with 0, "
+    f"VLLM_GDN_INVARIANT_MODE=golden needs {PACKED_DECODE.name}=1 (vLLM's default): with 0, "
     "vLLM runs decode-only steps through fused_sigmoid_gating_delta_rule_update, which the "
-    f"golden decode path does not replace; unset {PACKED_DECODE_ENV} or use mode route"
+    f"golden decode path does not replace; unset {PACKED_DECODE.name} or use mode route"
 )
 
 _lock = threading.Lock()
@@ -58,38 +55,23 @@ class UnsupportedVllmError(RuntimeError):
     """Strict mode: the plugin cannot patch this vLLM (build, source, platform or import)."""
 
 
-def patches_for(config: PluginConfig) -> list[MethodPatch]:
-    """The patches the plugin installs for ``config``: the routing unless mode off (with the
-    batch-invariance patches under ``VLLM_BATCH_INVARIANT=1``, mode golden's decode path and
-    the history replay where it applies), then the shadow checker's wrappers when it is on
-    (last: they wrap what the others installed)."""
-    batch_invariant = batch_invariant_enabled()
-    replay = config.replays_history(batch_invariant)
-    patches = (
-        []
-        if config.mode is Mode.OFF
-        else [
-            routing_patch(history_replay=replay),
-            *invariance_patches(installed_release(), history_replay=replay),
-        ]
+def patches_for(config: PluginConfig, batch_invariant: bool | None = None) -> list[Patch]:
+    """The patches the plugin installs for ``config``, in the order of the patch index: the
+    routing unless mode off (with the batch-invariance patches under
+    ``VLLM_BATCH_INVARIANT=1``, mode golden's decode path and the history replay where it
+    applies), then the shadow checker's wrappers when it is on. ``batch_invariant`` None
+    reads ``VLLM_BATCH_INVARIANT``
+    (:class:`ConfigError` on a value vLLM cannot parse)."""
+    if batch_invariant is None:
+        batch_invariant = BATCH_INVARIANT.read().enabled
+    selection = Selection(
+        mode=config.mode,
+        batch_invariant=batch_invariant,
+        shadow=config.shadow,
+        release=installed_release(),
+        replay=config.replays_history(batch_invariant),
     )
-    if config.mode is Mode.GOLDEN:
-        patches += golden_decode_patches()
-    if replay:
-        patches += [builder_patch(), *model_state_patches()]
-        if not batch_invariant:
-            patches += history_scheduler_patches()
-    if config.shadow.enabled:
-        patches += shadow_patches()
-    return patches
-
-
-def packed_decode_enabled() -> bool:
-    """vLLM's ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE`` (default on), parsed as vLLM does."""
-    try:
-        return bool(int(os.environ.get(PACKED_DECODE_ENV, "1")))
-    except ValueError:
-        return True
+    return select(selection)
 
 
 @dataclass(frozen=True)
@@ -98,10 +80,11 @@ class PluginStatus:
 
     config: PluginConfig
     guard: GuardResult | None
-    patches: tuple[MethodPatch, ...]
+    patches: tuple[Patch, ...]
     platform: PlatformCheck | None = None
     applied: bool = False
     error: str | None = None
+    packed_decode: FlagValue | None = None
 
     @property
     def refusal(self) -> str | None:
@@ -126,7 +109,7 @@ class PluginStatus:
         if self.refusal is not None:
             return f"nothing patched: {self.refusal}"
         verb = "patched" if self.applied else "would patch"
-        action = f"{verb} " + describe_patches(self.patches)
+        action = f"{verb} " + describe(self.patches)
         on_cpu = self.platform is not None and self.platform.is_cpu
         if self.config.mode is Mode.GOLDEN:
             action += (
@@ -143,18 +126,24 @@ class PluginStatus:
                 " (CPU platform: GDN layers run forward_cpu, which does not call"
                 " _forward_core, so no step is routed)"
             )
-        elif not packed_decode_enabled():
+        elif self.packed_decode is not None and not self.packed_decode.enabled:
             action += (
-                f" ({PACKED_DECODE_ENV}=0: vLLM runs every decode row through "
-                "fused_sigmoid_gating_delta_rule_update; mixed steps are left to vLLM)"
+                f" ({self.packed_decode.name}={self.packed_decode.raw}: vLLM runs every decode "
+                "row through fused_sigmoid_gating_delta_rule_update; mixed steps are left to vLLM)"
             )
         return action
 
+    def build(self) -> str:
+        """The vLLM build (read again when the guard did not run), and the supported build
+        whose fingerprints it matches when it has no table of its own."""
+        if self.guard is not None and self.guard.installed is not None:
+            return f"vLLM {self.guard.describe_build()}"
+        installed = installed_vllm()
+        return "vLLM not found" if installed is None else f"vLLM {installed.describe()}"
+
     def summary(self) -> str:
         """The one log line: build, configuration, action, process."""
-        build = "vLLM not found"
-        if self.guard is not None and self.guard.installed is not None:
-            build = f"vLLM {self.guard.installed.describe()}"
+        build = self.build()
         proc = f"pid {os.getpid()} {multiprocessing.current_process().name}"
         return f"gdn_invariant: {build}, {self.config.describe()}; {self.action()} [{proc}]"
 
@@ -162,41 +151,69 @@ class PluginStatus:
 def plan(config: PluginConfig | None = None) -> PluginStatus:
     """Decide what :func:`register` would patch, without patching anything.
 
-    Fingerprints are read from the installed files; the platform is asked of vLLM only
-    when the fingerprints pass.
+    vLLM's ``VLLM_BATCH_INVARIANT`` and ``VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE`` are read
+    as vLLM reads them (a value it cannot parse is a refusal, with the valid values);
+    fingerprints are read from the installed files; the platform is asked of vLLM only when
+    the fingerprints pass.
     """
     config = load_config() if config is None else config
     if config.installs_nothing:
         return PluginStatus(config, None, ())
-    if config.mode is Mode.GOLDEN and not packed_decode_enabled():
-        return PluginStatus(config, None, (), error=GOLDEN_NEEDS_PACKED_DECODE)
-    patches = tuple(patches_for(config))
-    targets = [(p.target, "replaced") for p in patches]
-    targets += [(t, "relied on") for p in patches for t in p.relies_on]
-    targets = list(dict.fromkeys(targets))  # the shadow wrappers share targets with the rest
-    guard = check_targets(targets)
-    platform = check_platform() if guard.ok else None
-    return PluginStatus(config, guard, patches, platform)
-
-
-def _register(config: PluginConfig) -> PluginStatus:
-    status = plan(config)
-    if status.refusal is not None:
-        if config.strict:
-            raise UnsupportedVllmError(
-                f"gdn_invariant (VLLM_GDN_INVARIANT_STRICT=1): {status.refusal}"
-            )
-        logger.warning(status.summary())
-        return status
-    if not status.will_patch:
-        logger.info(status.summary())
-        return status
     try:
+        batch_invariant = BATCH_INVARIANT.read()
+        packed_decode = PACKED_DECODE.read()
+    except ConfigError as exc:
+        return PluginStatus(config, None, (), error=str(exc))
+    if config.mode is Mode.GOLDEN and not packed_decode.enabled:
+        return PluginStatus(
+            config, None, (), error=GOLDEN_NEEDS_PACKED_DECODE, packed_decode=packed_decode
+        )
+    patches = tuple(patches_for(config, batch_invariant.enabled))
+    guard = check_targets(guarded_targets(patches))
+    platform = check_platform() if guard.ok else None
+    return PluginStatus(config, guard, patches, platform, packed_decode=packed_decode)
+
+
+def register_config(config: PluginConfig) -> PluginStatus:
+    """Check and patch for ``config`` (what :func:`register` does once per process), log the
+    line and return the status.
+
+    Outside strict mode nothing escapes: a refusal or any failure (planning, applying a
+    patch) logs one warning line, with the build and the guard's findings, and patches
+    nothing (:func:`~vllm_gdn_invariant.patches.apply_all` reverts what it installed). In
+    strict mode a refusal raises :class:`UnsupportedVllmError`, a target that is not vLLM's
+    own function :class:`~vllm_gdn_invariant.patches.PatchError`, and any other failure
+    :class:`UnsupportedVllmError` chained to its cause.
+    """
+    status: PluginStatus | None = None
+    try:
+        status = plan(config)
+        if status.refusal is not None:
+            if config.strict:
+                raise UnsupportedVllmError(
+                    f"gdn_invariant (VLLM_GDN_INVARIANT_STRICT=1): {status.refusal}"
+                )
+            logger.warning(status.summary())
+            return status
+        if not status.will_patch:
+            logger.info(status.summary())
+            return status
         apply_all(status.patches)
-    except PatchError as exc:
+    except (UnsupportedVllmError, PatchError) as exc:
         if config.strict:
             raise
-        status = dataclasses.replace(status, error=str(exc))
+        failed = status or PluginStatus(config, None, ())
+        status = dataclasses.replace(failed, error=f"failed: {exc}")
+        logger.warning(status.summary())
+        return status
+    except Exception as exc:  # noqa: BLE001 - the plugin never takes vLLM down unasked
+        cause = f"{type(exc).__name__}: {exc}"
+        if config.strict:
+            raise UnsupportedVllmError(
+                f"gdn_invariant (VLLM_GDN_INVARIANT_STRICT=1): {cause}"
+            ) from exc
+        failed = status or PluginStatus(config, None, ())
+        status = dataclasses.replace(failed, error=f"failed: {cause}")
         logger.warning(status.summary())
         return status
     status = dataclasses.replace(status, applied=True)
@@ -205,33 +222,17 @@ def _register(config: PluginConfig) -> PluginStatus:
 
 
 def register() -> None:
-    """Entry point: configure, check, patch. A second call in the same process does nothing.
+    """Entry point: configure, check, patch (:func:`register_config`). A second call in the
+    same process does nothing.
 
-    Raises :class:`~vllm_gdn_invariant.plugin.config.ConfigError` on a bad environment
-    variable. Outside strict mode nothing else escapes: any failure logs one warning line
-    and patches nothing. In strict mode an unknown build, source or platform raises
-    :class:`UnsupportedVllmError`, a target that is not vLLM's own method
-    :class:`~vllm_gdn_invariant.patches.PatchError`, and any other failure
-    :class:`UnsupportedVllmError` chained to its cause.
+    Raises :class:`~vllm_gdn_invariant.plugin.config.ConfigError` on a bad value of the
+    plugin's own environment variables. Outside strict mode nothing else escapes.
     """
     global _registered
     with _lock:
         if _registered is not None:
             return
-        config = load_config()
-        try:
-            status = _register(config)
-        except (UnsupportedVllmError, PatchError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - the plugin never takes vLLM down unasked
-            cause = f"{type(exc).__name__}: {exc}"
-            if config.strict:
-                raise UnsupportedVllmError(
-                    f"gdn_invariant (VLLM_GDN_INVARIANT_STRICT=1): {cause}"
-                ) from exc
-            status = PluginStatus(config, None, (), error=f"failed: {cause}")
-            logger.warning(status.summary())
-        _registered = status
+        _registered = register_config(load_config())
 
 
 def registered_status() -> PluginStatus | None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from vllm_gdn_invariant.plugin.platform import PlatformCheck
+from vllm_gdn_invariant.plugin.vllm_env import PACKED_DECODE
 
-PACKED_DECODE_ENV = "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE"
 FINGERPRINTED_PREFILL_BACKENDS = ("triton", "flashinfer")
 FLASHINFER_CHECKPOINTS_SINCE = Version("0.33.0")
 
@@ -148,7 +148,7 @@ def routing_scope(
         )
     if not packed_decode:
         return _nothing(
-            f"{PACKED_DECODE_ENV}=0: vLLM runs every decode row through one kernel, "
+            f"{PACKED_DECODE.name}=0: vLLM runs every decode row through one kernel, "
             "fused_sigmoid_gating_delta_rule_update, in every step"
         )
     left = [Step.DECODE_ONLY, Step.PREFILL_ONLY]

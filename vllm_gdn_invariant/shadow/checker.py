@@ -49,8 +49,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vllm_gdn_invariant.plugin.config import Mode, load_config
-from vllm_gdn_invariant.plugin.entry import registered_status
 from vllm_gdn_invariant.shadow.compare import FIELDS, FieldPair, PendingStats, start
 from vllm_gdn_invariant.shadow.config import ShadowConfig
 from vllm_gdn_invariant.shadow.metrics import ShadowMetrics, export_dir
@@ -81,6 +79,7 @@ MAX_IN_FLIGHT = 1024  # checks waiting for their statistics; the serving thread 
 POLL_S = 0.0002  # wait between looks at the oldest check in flight (drain, idle thread)
 IDLE_S = 0.05  # hooks idle this long: the daemon thread finishes the checks in flight
 EXIT_DRAIN_S = 10.0  # at process exit, wait this long at most for checks in flight
+GOLDEN_MODE = "golden"  # the plugin's mode in which the golden-matched kernels serve the rows
 
 
 @dataclass(frozen=True)
@@ -284,7 +283,7 @@ class ShadowChecker:
         ``golden_impl=torch``; the PyTorch goldens otherwise."""
         if (
             self.config.golden_impl == "torch"
-            or self.mode == Mode.GOLDEN.value
+            or self.mode == GOLDEN_MODE
             or not site.ssm_cache.is_cuda
             or site.layout.recurrent_k_major
         ):
@@ -517,12 +516,22 @@ class ShadowChecker:
 
 _active: ShadowChecker | None = None
 _setup_failed = False
+_settings: tuple[ShadowConfig, str] | None = None
 _lock = threading.Lock()
 
 
+def configure(config: ShadowConfig | None, mode: str) -> None:
+    """The setting this process's checker is built from on first use, with the plugin's mode
+    (the shadow patch's ``prepare`` calls it); None: no checker is built."""
+    global _settings, _setup_failed
+    with _lock:
+        _settings = None if config is None else (config, mode)
+        _setup_failed = False
+
+
 def install(checker: ShadowChecker | None) -> None:
-    """Make ``checker`` this process's checker (None: build it from the configuration on the
-    next hook call)."""
+    """Make ``checker`` this process's checker (None: build it from the configured setting on
+    the next hook call)."""
     global _active, _setup_failed
     with _lock:
         _active = checker
@@ -530,18 +539,16 @@ def install(checker: ShadowChecker | None) -> None:
 
 
 def active_checker() -> ShadowChecker | None:
-    """This process's checker, built on first use from the plugin's configuration; None when
-    shadow is off or its setup failed (then the hooks only serve)."""
+    """This process's checker, built on first use from the configured setting; None when
+    there is none, shadow is off or its setup failed (then the hooks only serve)."""
     global _active, _setup_failed
     if _active is not None or _setup_failed:
         return _active
     with _lock:
         if _active is None and not _setup_failed:
             try:
-                status = registered_status()
-                config = status.config if status is not None else load_config()
-                if config.shadow.enabled:
-                    _active = ShadowChecker(config.shadow, config.mode.value)
+                if _settings is not None and _settings[0].enabled:
+                    _active = ShadowChecker(*_settings)
                 else:
                     _setup_failed = True
             except Exception as exc:  # noqa: BLE001 - the hooks then only serve
