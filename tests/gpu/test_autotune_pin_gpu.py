@@ -1,7 +1,8 @@
 """GPU: vLLM's FLA chunk prefill with the autotuned kernels pinned (skipped without CUDA).
 
 Without the pin, which config an autotuner ends with changes the prefill's bits (every list
-held at its first config against its last one);
+at its first config, against chunk_o alone at the config the pin keeps, as
+``scripts/prefill_config_bits.py`` measured it);
 with it, every forced outcome gives the bits of the pinned configs, and the pinned configs
 run, repeatably (free memory filled with NaN before every run), at Qwen3-Next's and its TP4
 ranks' head counts for short and long sequences.
@@ -82,10 +83,14 @@ def forced(monkeypatch, pick):
         tuner.cache.clear()
 
 
+original_configs: dict[int, list] = {}
+
+
 def held(monkeypatch, pick):
     """Every autotuner holding only ``pick(configs)`` (what a winning config runs)."""
     for tuner in autotuners():
-        monkeypatch.setattr(tuner, "configs", [pick(list(tuner.configs))])
+        configs = original_configs.setdefault(id(tuner), list(tuner.configs))
+        monkeypatch.setattr(tuner, "configs", [pick(configs)])
         tuner.cache.clear()
 
 
@@ -101,11 +106,18 @@ LENGTHS = [700, 17, 300]
 
 
 def test_the_winning_config_changes_the_bits_without_the_pin(monkeypatch):
+    """As scripts/prefill_config_bits.py measured it: every list at its first config, then
+    chunk_o alone at the config the pin keeps (the others still first)."""
+    from vllm_gdn_invariant.patches.bi_autotune import pinned_config
+
     held(monkeypatch, first)
-    out_first, final_first = prefill(LENGTHS, 32)
-    held(monkeypatch, last)
-    out_last, final_last = prefill(LENGTHS, 32)
-    assert not (same_bits(out_first, out_last) and same_bits(final_first, final_last))
+    out_first, final_first = prefill(LENGTHS, 32, seed=11)
+    chunk_o = autotuners()[[name for _, name in AUTOTUNED_KERNELS].index("chunk_fwd_kernel_o")]
+    configs = list(original_configs[id(chunk_o)])
+    monkeypatch.setattr(chunk_o, "configs", [pinned_config(configs)])
+    chunk_o.cache.clear()
+    out_pinned, final_pinned = prefill(LENGTHS, 32, seed=11)
+    assert not (same_bits(out_first, out_pinned) and same_bits(final_first, final_pinned))
 
 
 def test_with_the_pin_every_forced_outcome_gives_the_same_bits(monkeypatch):

@@ -148,21 +148,23 @@ def replay_summary(gaps: list[str], caveats: list[str]) -> str:
 
 def make_build(original: Callable[..., Any]) -> Callable[..., Any]:
     """The replacement ``GDNAttentionMetadataBuilder.build``: vLLM's metadata, with the step's
-    history plan attached when a row replays history. The first build of a builder logs what
-    keeps this configuration from being replayed, once."""
+    history plan attached when a row replays history. The first build of a builder decides
+    (and logs, once) what keeps this configuration from being replayed and which model
+    runner it serves; a step without prefills costs one attribute test."""
 
     def build(self: Any, common_prefix_len: int, common_attn_metadata: Any, *args, **kwargs):
         metadata = original(self, common_prefix_len, common_attn_metadata, *args, **kwargs)
         if not hasattr(self, "gdn_invariant_replay_gaps"):
             self.gdn_invariant_replay_gaps = replay_gaps(self.vllm_config, self.kv_cache_spec)
+            self.gdn_invariant_v1_runner = runs_v1_model_runner(self.vllm_config)
             notes = self.gdn_invariant_replay_gaps + replay_caveats(self.vllm_config)
             for note in notes:
                 logger.warning("gdn_invariant: %s", note)
-        if self.gdn_invariant_replay_gaps:
+        if not metadata.num_prefills or self.gdn_invariant_replay_gaps:
             return metadata
         past_prompt = current_past_prompt()
-        if past_prompt is None and not runs_v1_model_runner(self.vllm_config):
-            if metadata.num_prefills and not getattr(self, "gdn_invariant_unreported", False):
+        if past_prompt is None and not self.gdn_invariant_v1_runner:
+            if not getattr(self, "gdn_invariant_unreported", False):
                 self.gdn_invariant_unreported = True
                 logger.warning("gdn_invariant: %s", V2_UNREPORTED_NOTE)
             return metadata
