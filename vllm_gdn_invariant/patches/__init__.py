@@ -61,6 +61,7 @@ from vllm_gdn_invariant.patches import (
     bi_selector,
     bi_ssm_state,
     golden_decode,
+    history_cache_key,
     history_replay,
     shadow,
 )
@@ -223,6 +224,18 @@ INDEX: tuple[Entry, ...] = (
         remove_when="vLLM recovers preempted GDN requests with their decode-step arithmetic.",
         when=When(PATCHING_MODES, replay=True),
         patches=lambda selection: history_replay.history_replay_patches(selection.batch_invariant),
+    ),
+    Entry(
+        file="history_cache_key.py",
+        targets=("generate_block_hash_extra_keys",),
+        why="a cached block whose GDN state came from decode steps is found only by a request "
+        "that decoded it from the same prompt end.",
+        upstream="none; vLLM PR #54993 (open, Mamba2) recomputes preempted requests without "
+        "touching the cache keys.",
+        remove_when="vLLM keys cached mamba states by how they were computed, or GDN decode "
+        "reproduces the chunk kernels' bits.",
+        when=When(PATCHING_MODES, replay=True),
+        patches=lambda selection: history_cache_key.cache_key_patches(),
     ),
     Entry(
         file="shadow.py",

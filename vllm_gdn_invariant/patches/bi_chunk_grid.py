@@ -29,7 +29,8 @@ the 64-token grid of the GDN chunk kernels.
   end on it and at the prompt's end, never across it), and the chunks over the generated
   tokens are left as vLLM sizes them: the GDN layers replay those tokens one decode step at
   a time, whatever the chunk. ``make_history_init`` installs only this rule (mode golden
-  without batch-invariant mode).
+  without batch-invariant mode). Both turn on the cache key of ``history_cache_key.py`` for
+  the process.
 * **Upstream**: vllm-project/vllm PR #49827 (open) aligns chunked prefill for Qwen GDN under
   batch-invariant mode; PR #54993 (open) keeps a preempted Mamba2 request's prompt chunks for
   its recovery.
@@ -50,6 +51,7 @@ from vllm_gdn_invariant.patches.bi_patch import (
     BatchInvarianceConfigError,
     is_qwen_gdn_model,
 )
+from vllm_gdn_invariant.patches.history_cache_key import salt_generated_blocks
 
 SCHEDULER_MODULE = "vllm.v1.core.sched.scheduler"
 
@@ -160,6 +162,7 @@ def grid_init(original: Callable[..., None], history: bool) -> Callable[..., Non
         self.need_mamba_block_aligned_split = True
         if history:
             setattr(self, HISTORY_ATTR, True)
+            salt_generated_blocks()
 
     return __init__
 
@@ -183,6 +186,7 @@ def make_history_init(original: Callable[..., None]) -> Callable[..., None]:
         if not (self.has_mamba_layers and is_qwen_gdn_model(self.vllm_config.model_config)):
             return
         setattr(self, HISTORY_ATTR, True)
+        salt_generated_blocks()
         self.need_mamba_block_aligned_split = True
 
     return __init__

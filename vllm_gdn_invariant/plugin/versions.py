@@ -68,6 +68,7 @@ from vllm_gdn_invariant.patches.golden_decode import (
     CPU_UNPACKED_WEIGHT,
     LAYER_FORWARD_CPU,
 )
+from vllm_gdn_invariant.patches.history_cache_key import EXTRA_KEYS, REQUEST_BLOCK_HASHER
 from vllm_gdn_invariant.patches.history_replay import (
     COMMON_METADATA_CLASS,
     V1_BUILD_ATTENTION_METADATA,
@@ -653,6 +654,31 @@ _BY_TARGET = {
         "0.32.0": "438e235520f76e3c",
         "0.33.0": "54fb841eb6020c13",
         "0.34.0": "54fb841eb6020c13",
+    },
+    # Block hashes: the cache key of blocks past a prompt (history_cache_key.py).
+    EXTRA_KEYS.key: {
+        "0.26.0": "e09249e0ccb5e5d8",
+        "0.27.0": "e09249e0ccb5e5d8",
+        "0.27.1": "e09249e0ccb5e5d8",
+        "0.28.0": "e09249e0ccb5e5d8",
+        "0.29.0": "e09249e0ccb5e5d8",
+        "0.30.0": "e09249e0ccb5e5d8",
+        "0.31.0": "fabb6e4b928af21a",
+        "0.32.0": "fabb6e4b928af21a",
+        "0.33.0": "fabb6e4b928af21a",
+        "0.34.0": "fabb6e4b928af21a",
+    },
+    REQUEST_BLOCK_HASHER.key: {
+        "0.26.0": "ff5d1cc37d9cc4c0",
+        "0.27.0": "ff5d1cc37d9cc4c0",
+        "0.27.1": "ff5d1cc37d9cc4c0",
+        "0.28.0": "ff5d1cc37d9cc4c0",
+        "0.29.0": "ff5d1cc37d9cc4c0",
+        "0.30.0": "ff5d1cc37d9cc4c0",
+        "0.31.0": "68c195e3879cc4c2",
+        "0.32.0": "68c195e3879cc4c2",
+        "0.33.0": "6e4728966af6ef0c",
+        "0.34.0": "a44f269f7302c7ef",
     },
     COMMON_METADATA_CLASS.key: {
         "0.26.0": "089a3e9af5915f39",
