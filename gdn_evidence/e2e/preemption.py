@@ -16,10 +16,24 @@ vLLM's own preemption test does. In that one engine:
   generating 384 tokens each at once; the scheduler preempts under the KV pressure. Eight of
   them, generated alone first, are compared.
 
+
+With prefix caching on (the ``graphs`` setting, align mode):
+
+* ``forced-cached``: the forced shape with ``CACHED_NEW_TOKENS`` per request, preempted after
+  ``CACHED_PREEMPT_AT`` generated tokens of the first request the way KV pressure does it
+  (vLLM's ``reset_prefix_cache(reset_running_requests=True)`` with the cache kept): the
+  resumed requests find their own cached blocks, decode-built ones past their prompts
+  included, and replay their history from there. Resume hits are counted.
+* ``multi-turn``: a request answers (``MULTI_TURN_NEW_TOKENS``), then the next turn's prompt
+  (prompt, answer, ``MULTI_TURN_SUFFIX`` more tokens) runs twice: right after, with the
+  answer's blocks cached, and after ``reset_prefix_cache()``, computed from scratch. The two
+  must agree: the next turn never starts from the answer's decode-built state.
+
 Arms: ``replay`` (the plugin as installed) and ``control``, the same engine with the replay
-switched off in-process (the scheduler's prompt-end rule and the builder's history plans
-removed: a recomputed request then runs the chunk kernels over its generated tokens), which
-must differ. The replay's cost is timed around its decode steps (device synchronized).
+switched off in-process (the scheduler's prompt-end rule, the builder's history plans and the
+cache key of blocks past a prompt removed: a recomputed request then runs the chunk kernels
+over its generated tokens), which must differ. The replay's cost is timed around its decode
+steps (device synchronized).
 """
 
 from __future__ import annotations
@@ -48,6 +62,13 @@ FORCED_REPEATS = 2
 NATURAL_PROMPTS = 24
 NATURAL_NEW_TOKENS = 448
 NATURAL_SAMPLED = (0, 3, 7, 10, 13, 17, 20, 23)
+# forced-cached: enough tokens that the second preemption comes after a block boundary past
+# every model's prompt (align blocks of 192 and 320 tokens, first prompt 513)
+CACHED_NEW_TOKENS = 192
+CACHED_PREEMPT_AT = (40, 140)
+MULTI_TURN_NEW_TOKENS = 128
+MULTI_TURN_SUFFIX = 40
+CACHED_KINDS = ("forced-cached", "multi-turn")
 TOP_LOGPROBS = 5
 MAX_MODEL_LEN = 2048
 MAX_NUM_BATCHED_TOKENS = 1024
@@ -160,13 +181,42 @@ class EngineProbe:
             self.replay_steps += 1
             self.replay_tokens += plan.num_tokens
 
+        manager = self.scheduler.kv_cache_manager
+        lookup = manager.get_computed_blocks
+        self.resumes: list[dict[str, int]] = []
+
+        def observe_lookup(request: Any, *args: Any, **kwargs: Any) -> Any:
+            result = lookup(request, *args, **kwargs)
+            if request.num_preemptions:
+                self.resumes.append(
+                    {
+                        "prompt": request.num_prompt_tokens,
+                        "tokens": request.num_tokens,
+                        "hit": int(result[1]),
+                    }
+                )
+            return result
+
         self.scheduler._preempt_request = count_preemption
         self.scheduler.schedule = observe
+        manager.get_computed_blocks = observe_lookup
         replayed_forward_core.replay_history = timed_replay
 
     def reset(self) -> None:
         self.preemptions = self.mixed_steps = self.replay_steps = self.replay_tokens = 0
         self.replay_seconds = 0.0
+        self.resumes = []
+
+    def preempt_keeping_the_cache(self) -> None:
+        """Preempt every running request as KV pressure does: blocks freed, the prefix cache
+        kept (``reset_prefix_cache(reset_running_requests=True)`` without the reset)."""
+        manager = self.scheduler.kv_cache_manager
+        manager.reset_prefix_cache = lambda: True
+        try:
+            if not self.scheduler.reset_prefix_cache(reset_running_requests=True):
+                raise RuntimeError("preempting the running requests failed")
+        finally:
+            del manager.reset_prefix_cache
 
     def counts(self) -> dict[str, Any]:
         return {
@@ -175,42 +225,61 @@ class EngineProbe:
             "replayed_layer_calls": self.replay_steps,
             "replayed_tokens_all_layers": self.replay_tokens,
             "replay_seconds": round(self.replay_seconds, 4),
+            "resumes": len(self.resumes),
+            "resumes_with_hit": sum(r["hit"] > 0 for r in self.resumes),
+            "resumes_with_hit_past_prompt": sum(r["hit"] > r["prompt"] for r in self.resumes),
+            "resume_hits": self.resumes[:16],
         }
 
     @contextlib.contextmanager
     def replay_switched_off(self):
-        """The control arm: no prompt-end rule in the scheduler, no history plans."""
-        from vllm_gdn_invariant.patches import history_replay
+        """The control arm: no prompt-end rule in the scheduler, no history plans, no cache
+        key for blocks past a prompt."""
+        from vllm_gdn_invariant.patches import history_cache_key, history_replay
         from vllm_gdn_invariant.patches.bi_chunk_grid import HISTORY_ATTR
 
         had_rule = hasattr(self.scheduler, HISTORY_ATTR)
         plan = history_replay.history_plan
+        salting = history_cache_key.salting()
         if had_rule:
             delattr(self.scheduler, HISTORY_ATTR)
         history_replay.history_plan = lambda *args: None
+        history_cache_key.salt_generated_blocks(False)
         try:
             yield
         finally:
+            history_cache_key.salt_generated_blocks(salting)
             history_replay.history_plan = plan
             if had_rule:
                 setattr(self.scheduler, HISTORY_ATTR, True)
 
 
-def run_forced(llm: Any, probe: EngineProbe, params: Any, prompts: list, baseline: list, arm: str):
-    """The forced case, ``FORCED_REPEATS`` times; one record per repeat."""
+def run_forced(
+    llm: Any,
+    probe: EngineProbe,
+    params: Any,
+    prompts: list,
+    baseline: list,
+    arm: str,
+    kind: str = "forced",
+    preempt_at: tuple[int, ...] = FORCED_RESETS_AT,
+):
+    """The forced case, ``FORCED_REPEATS`` times; one record per repeat. ``kind`` "forced"
+    preempts by ``reset_prefix_cache(reset_running_requests=True)``, "forced-cached" keeps
+    the prefix cache."""
     engine, scheduler = probe.engine, probe.scheduler
     records = []
     for repeat in range(FORCED_REPEATS):
         probe.reset()
         requests: dict[int, Any] = {}
         finals: dict[int, dict[str, Any]] = {}
-        labels = {f"{arm}-forced-{repeat}-{k}": k for k in range(len(prompts))}
+        labels = {f"{arm}-{kind}-{repeat}-{k}": k for k in range(len(prompts))}
         resets = 0
         recovery_steps = None
         started = time.perf_counter()
 
         def add(k: int, repeat: int = repeat, requests: dict = requests) -> None:
-            request_id = f"{arm}-forced-{repeat}-{k}"
+            request_id = f"{arm}-{kind}-{repeat}-{k}"
             key = engine.add_request(request_id, prompts[k], params)
             requests[k] = scheduler.requests[key if isinstance(key, str) else request_id]
 
@@ -226,20 +295,19 @@ def run_forced(llm: Any, probe: EngineProbe, params: Any, prompts: list, baselin
                 recovery_steps += 1
                 if recovery_steps == 2 and 2 not in requests:
                     add(2)
-            if (
-                resets < len(FORCED_RESETS_AT)
-                and requests[0].num_output_tokens == FORCED_RESETS_AT[resets]
-            ):
-                if not llm.reset_prefix_cache(reset_running_requests=True):
+            if resets < len(preempt_at) and requests[0].num_output_tokens == preempt_at[resets]:
+                if kind == "forced-cached":
+                    probe.preempt_keeping_the_cache()
+                elif not llm.reset_prefix_cache(reset_running_requests=True):
                     raise RuntimeError("reset_prefix_cache(reset_running_requests=True) failed")
                 resets += 1
                 recovery_steps = 0
         else:
-            raise RuntimeError("the forced case made no bounded progress")
+            raise RuntimeError(f"the {kind} case made no bounded progress")
         divergences = [first_divergence(finals[k], baseline[k]) for k in range(len(prompts))]
         records.append(
             {
-                "kind": "forced",
+                "kind": kind,
                 "arm": arm,
                 "repeat": repeat,
                 "compared": len(prompts),
@@ -251,6 +319,44 @@ def run_forced(llm: Any, probe: EngineProbe, params: Any, prompts: list, baselin
             }
         )
     return records
+
+
+def run_multi_turn(llm: Any, probe: EngineProbe, prompt: list[int], arm: str) -> dict[str, Any]:
+    """The next turn of a conversation, with its previous answer cached and from scratch."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    probe.reset()
+    started = time.perf_counter()
+    answer_params = SamplingParams(
+        temperature=0.0, max_tokens=MULTI_TURN_NEW_TOKENS, ignore_eos=True
+    )
+    turn_params = SamplingParams(
+        temperature=0.0, max_tokens=FORCED_NEW_TOKENS, ignore_eos=True, logprobs=TOP_LOGPROBS
+    )
+    if not llm.reset_prefix_cache():
+        raise RuntimeError("reset_prefix_cache() failed")
+    answer = llm.generate([TokensPrompt(prompt_token_ids=prompt)], answer_params, use_tqdm=False)
+    suffix = [4 + (7 * i) % 50 for i in range(MULTI_TURN_SUFFIX)]
+    turn = TokensPrompt(prompt_token_ids=prompt + list(answer[0].outputs[0].token_ids) + suffix)
+    cached = llm.generate([turn], turn_params, use_tqdm=False)[0]
+    if not llm.reset_prefix_cache():
+        raise RuntimeError("reset_prefix_cache() failed")
+    fresh = llm.generate([turn], turn_params, use_tqdm=False)[0]
+    divergence = first_divergence(signature(cached), signature(fresh))
+    return {
+        "kind": "multi-turn",
+        "arm": arm,
+        "compared": 1,
+        "identical": int(divergence is None),
+        "first_divergence": [divergence],
+        "previous_prompt": len(prompt),
+        "turn_prompt": len(turn["prompt_token_ids"]),
+        "turn_cached_tokens": cached.num_cached_tokens,
+        "fresh_cached_tokens": fresh.num_cached_tokens,
+        "seconds": round(time.perf_counter() - started, 2),
+        **probe.counts(),
+    }
 
 
 def run_natural(llm: Any, probe: EngineProbe, params: Any, prompts: list, alone: dict, arm: str):
@@ -348,6 +454,14 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
         for i in NATURAL_SAMPLED
     }
     facts["preemptions_in_alone_runs"] = probe.preemptions
+    cached = bool(config.cache_config.enable_prefix_caching)
+    if cached:
+        cached_params = SamplingParams(
+            temperature=0.0, max_tokens=CACHED_NEW_TOKENS, ignore_eos=True, logprobs=TOP_LOGPROBS
+        )
+        cached_baseline = [
+            signature(llm.generate([p], cached_params, use_tqdm=False)[0]) for p in forced_prompts
+        ]
     results = []
     for arm in ("replay", "control"):
         switch = probe.replay_switched_off() if arm == "control" else contextlib.nullcontext()
@@ -356,6 +470,20 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
             results.append(
                 run_natural(llm, probe, natural_params, natural_prompts, natural_alone, arm)
             )
+            if cached:
+                results += run_forced(
+                    llm,
+                    probe,
+                    cached_params,
+                    forced_prompts,
+                    cached_baseline,
+                    arm,
+                    kind="forced-cached",
+                    preempt_at=CACHED_PREEMPT_AT,
+                )
+                results.append(
+                    run_multi_turn(llm, probe, forced_prompts[0]["prompt_token_ids"], arm)
+                )
     return {"engine": facts, "results": results}
 
 
@@ -446,15 +574,24 @@ def results_table(records: list[dict[str, Any]]) -> str:
         ("natural", "replay"),
         ("natural", "control"),
     ]
+    if any(r.get("kind") in CACHED_KINDS for r in records):
+        columns += [(kind, arm) for kind in CACHED_KINDS for arm in ("replay", "control")]
     lines = [
         "| model | setting | mode | runner | " + " | ".join(f"{k} {a}" for k, a in columns) + " |",
         "| --- | --- | --- | --- | " + " | ".join("---" for _ in columns) + " |",
     ]
     for engine in sorted(cells):
         row = []
-        for column in columns:
-            same, compared, preempted = cells[engine].get(column, [0, 0, 0])
-            row.append(f"{same}/{compared} ({preempted} preemptions)")
+        for kind, arm in columns:
+            if (kind, arm) not in cells[engine]:
+                row.append("-")
+                continue
+            same, compared, preempted = cells[engine][(kind, arm)]
+            row.append(
+                f"{same}/{compared}"
+                if kind == "multi-turn"
+                else f"{same}/{compared} ({preempted} preemptions)"
+            )
         lines.append("| " + " | ".join(engine) + " | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -580,6 +717,10 @@ def main(argv: list[str] | None = None) -> int:
         natural_prompt_lengths=natural_lengths(),
         natural_new_tokens=args.natural_new_tokens,
         natural_sampled=list(NATURAL_SAMPLED),
+        cached_new_tokens=CACHED_NEW_TOKENS,
+        cached_preempt_at=list(CACHED_PREEMPT_AT),
+        multi_turn_new_tokens=MULTI_TURN_NEW_TOKENS,
+        multi_turn_suffix=MULTI_TURN_SUFFIX,
         top_logprobs=TOP_LOGPROBS,
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
         attention_backend=args.attention_backend or None,
