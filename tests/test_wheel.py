@@ -3,6 +3,7 @@ tests: ``pip wheel --no-deps .`` on a copy of this checkout, read back."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import shutil
 import subprocess
@@ -27,9 +28,10 @@ def setuptools_version() -> Version | None:
 
 
 @pytest.fixture(scope="module")
-def wheel_names(tmp_path_factory) -> list[str]:
-    """The names in the wheel, built without build isolation (no index needed) from a copy
-    of the checkout (a build/ folder of an earlier build can leave stale files in a wheel)."""
+def wheel(tmp_path_factory) -> dict[str, bytes]:
+    """The wheel's members (name: bytes), built without build isolation (no index needed) from
+    a copy of the checkout (a build/ folder of an earlier build can leave stale files in a
+    wheel)."""
     found = setuptools_version()
     if found is None or found < Version("77"):
         pytest.skip(f"building the wheel needs setuptools>=77 here (found {found})")
@@ -43,9 +45,14 @@ def wheel_names(tmp_path_factory) -> list[str]:
         capture_output=True,
         timeout=300,
     )
-    (wheel,) = (tmp / "out").glob("*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        return archive.namelist()
+    (built,) = (tmp / "out").glob("*.whl")
+    with zipfile.ZipFile(built) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+@pytest.fixture(scope="module")
+def wheel_names(wheel) -> list[str]:
+    return list(wheel)
 
 
 def test_the_wheel_holds_the_runtime_package_and_its_metadata_only(wheel_names):
@@ -62,9 +69,19 @@ def test_no_evidence_test_or_script_code_is_in_the_wheel(wheel_names):
     assert parts.isdisjoint(LEFT_OUT), sorted(parts & set(LEFT_OUT))
 
 
-def test_the_license_goes_into_the_metadata_when_the_checkout_has_one(wheel_names):
-    licenses = sorted(p.name for p in ROOT.glob("LICEN[CS]E*"))
-    in_wheel = sorted(
-        name.rsplit("/", 1)[1] for name in wheel_names if ".dist-info/licenses/" in name
-    )
-    assert in_wheel == licenses
+LICENSE_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"  # apache.org
+
+
+def test_the_checkout_has_the_apache_2_license_text():
+    text = (ROOT / "LICENSE").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == LICENSE_SHA256  # LICENSE-2.0.txt, unchanged
+
+
+def test_the_license_file_is_in_the_wheel_and_named_in_its_metadata(wheel):
+    (license_path,) = [name for name in wheel if name.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel[license_path] == (ROOT / "LICENSE").read_bytes()
+    assert [name for name in wheel if ".dist-info/licenses/" in name] == [license_path]
+    (metadata,) = [name for name in wheel if name.endswith(".dist-info/METADATA")]
+    headers = wheel[metadata].decode().split("\n\n", 1)[0].splitlines()
+    assert "License-Expression: Apache-2.0" in headers
+    assert "License-File: LICENSE" in headers

@@ -6,7 +6,10 @@ mode route, batch-invariant mode off) and ``bi`` (the plugin with ``VLLM_BATCH_I
 They run the same workloads in rounds, the order rotating every round, so that every arm
 sees the same machine conditions; medians over rounds are reported with the ratios
 ``route / vllm`` (target >= 0.99 in throughput) and ``bi / vllm`` (target: overhead below
-SGLang's reported 34 %).
+SGLang's reported 34 %), and the same ratios round by round. A target is ``met`` only when
+every round's ratio clears it, ``not met`` when none does, and ``inconclusive`` otherwise.
+``--resummarize FILE`` recomputes a report's summary from its recorded rounds with this code
+and records that it did (``summary_recomputed``).
 
 Workloads, per arm and round:
 
@@ -29,7 +32,9 @@ time goes to the same kernels as the full model's GDN layers.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import operator
 import os
 import statistics
 import subprocess
@@ -37,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -262,42 +268,112 @@ METRICS = {  # name in the summary: (workload, field)
     "prefill_seconds": ("prefill", "seconds"),
     "itl_ms": ("itl", "itl_ms"),
 }
+TARGETS = {  # name: (arm, per-round ratio, threshold, whether a value clears it)
+    "route_throughput_at_least_0.99x": ("route", "throughput_vs_vllm", 0.99, operator.ge),
+    "bi_throughput_overhead_below_34_percent": ("bi", "throughput_overhead", 0.34, operator.lt),
+}
+TARGET_RULE = (
+    "met: every round's ratio clears the threshold; not met: none does; inconclusive: the "
+    "rounds' ratios fall on both sides"
+)
+
+
+def flat(done: dict[str, Any]) -> dict[str, float]:
+    """One arm's round as the summary's metric names."""
+    return {name: done[workload][field] for name, (workload, field) in METRICS.items()}
+
+
+def arm_ratios(arm: dict[str, Any], base: dict[str, Any]) -> dict[str, float]:
+    """One arm's ratios to vLLM alone from values of the same kind (one round's, or medians)."""
+    ratios = {
+        "throughput_vs_vllm": arm["output_tok_s"] / base["output_tok_s"],
+        "prefill_time_vs_vllm": arm["prefill_seconds"] / base["prefill_seconds"],
+        "itl_vs_vllm": arm["itl_ms"] / base["itl_ms"],
+    }
+    ratios["throughput_overhead"] = 1 / ratios["throughput_vs_vllm"] - 1
+    ratios["itl_overhead"] = ratios["itl_vs_vllm"] - 1
+    return ratios
+
+
+def verdict(values: list[float], threshold: float, clears: Callable[[float, float], bool]) -> str:
+    """``met`` when every value clears ``threshold``, ``not met`` when none does, otherwise
+    ``inconclusive`` (:data:`TARGET_RULE`)."""
+    cleared = [clears(v, threshold) for v in values]
+    if cleared and all(cleared):
+        return "met"
+    if not any(cleared):
+        return "not met"
+    return "inconclusive"
 
 
 def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Medians per arm, their ratios to vLLM alone, and each metric's range over the rounds
-    (``spread``: min and max, the noise the ratios sit in)."""
-    per_arm: dict[str, dict[str, float]] = {}
-    spread: dict[str, dict[str, list[float]]] = {}
+    """Medians per arm (``medians``), each metric's range over the rounds (``spread``: min and
+    max), the medians' ratios to vLLM alone (``ratios``), the same ratios round by round
+    (``round_ratios``: each arm against vLLM alone in the same round, the rounds where both
+    ran), and each target's verdict on the round ratios (``targets``, :data:`TARGET_RULE`):
+    a target is met only when the whole spread clears it."""
+    values: dict[str, dict[str, list[float]]] = {}
     for arm in ARMS:
-        done = [r[arm] for r in rounds if arm in r]
-        if not done:
-            continue
-        values = {
-            name: [d[workload][field] for d in done] for name, (workload, field) in METRICS.items()
-        }
-        per_arm[arm] = {name: median(v) for name, v in values.items()}
-        spread[arm] = {name: [min(v), max(v)] for name, v in values.items()}
-    ratios: dict[str, Any] = {}
-    base = per_arm.get("vllm")
+        done = [flat(r[arm]) for r in rounds if arm in r]
+        if done:
+            values[arm] = {name: [d[name] for d in done] for name in METRICS}
+    per_arm = {arm: {name: median(v) for name, v in m.items()} for arm, m in values.items()}
+    spread = {arm: {name: [min(v), max(v)] for name, v in m.items()} for arm, m in values.items()}
+    ratios: dict[str, dict[str, float]] = {}
+    by_round: dict[str, dict[str, list[float]]] = {}
     for arm in ("route", "bi"):
-        if base is None or arm not in per_arm:
+        if "vllm" not in per_arm or arm not in per_arm:
             continue
-        m = per_arm[arm]
-        ratios[arm] = {
-            "throughput_vs_vllm": m["output_tok_s"] / base["output_tok_s"],
-            "prefill_time_vs_vllm": m["prefill_seconds"] / base["prefill_seconds"],
-            "itl_vs_vllm": m["itl_ms"] / base["itl_ms"],
-        }
-    targets = {}
-    if "route" in ratios:
-        targets["route_throughput_at_least_0.99x"] = ratios["route"]["throughput_vs_vllm"] >= 0.99
-    if "bi" in ratios:
-        overhead = 1 / ratios["bi"]["throughput_vs_vllm"] - 1
-        ratios["bi"]["throughput_overhead"] = overhead
-        ratios["bi"]["itl_overhead"] = ratios["bi"]["itl_vs_vllm"] - 1
-        targets["bi_throughput_overhead_below_34_percent"] = overhead < 0.34
-    return {"medians": per_arm, "spread": spread, "ratios": ratios, "targets": targets}
+        ratios[arm] = arm_ratios(per_arm[arm], per_arm["vllm"])
+        paired = [
+            arm_ratios(flat(r[arm]), flat(r["vllm"])) for r in rounds if arm in r and "vllm" in r
+        ]
+        by_round[arm] = {name: [p[name] for p in paired] for name in ratios[arm]}
+    targets = {
+        name: verdict(by_round[arm][ratio], threshold, clears)
+        for name, (arm, ratio, threshold, clears) in TARGETS.items()
+        if arm in by_round
+    }
+    return {
+        "medians": per_arm,
+        "spread": spread,
+        "ratios": ratios,
+        "round_ratios": by_round,
+        "targets": targets,
+        "target_rule": TARGET_RULE,
+    }
+
+
+def resummarize(path: Path) -> dict[str, Any]:
+    """Recompute the summary of the report at ``path`` from its recorded rounds with this
+    code, and record that: ``summary_recomputed`` (this checkout's commit and dirty flag, the
+    SHA-256 of the rounds as recomputed from, and the earlier summary, kept as it was under
+    ``summary_as_run``). The rounds and everything else stay as they were."""
+    from gdn_evidence.harness.provenance import git_state
+
+    report = json.loads(path.read_text())
+    commit, dirty = git_state()
+    if dirty is not False:
+        raise ValueError(
+            f"the checkout is dirty or not a git checkout (commit {commit}, dirty {dirty}): "
+            "commit the summary code first, so that the recomputation names it"
+        )
+    as_run = report.get("summary_recomputed", {}).get("summary_as_run", report.get("summary"))
+    report["summary"] = summarize(report["rounds"])
+    report["summary_recomputed"] = {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "from": "rounds",
+        "rounds_sha256": rounds_digest(report["rounds"]),
+        "summary_as_run": as_run,
+    }
+    path.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def rounds_digest(rounds: list[dict[str, Any]]) -> str:
+    """SHA-256 of the rounds as canonical JSON (sorted keys)."""
+    return hashlib.sha256(json.dumps(rounds, sort_keys=True).encode()).hexdigest()
 
 
 def profile(engines: dict[str, Engine], ready: list[str], timeout: float) -> dict[str, Any]:
@@ -350,6 +426,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="after the rounds, profile one throughput run per arm: device time by kernel "
         "category (not part of the timed rounds)",
     )
+    parser.add_argument(
+        "--resummarize",
+        type=Path,
+        metavar="FILE",
+        help="recompute FILE's summary from its recorded rounds with this code (a clean "
+        "checkout: its commit is recorded), rewrite FILE, run nothing",
+    )
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     return parser
 
@@ -359,6 +442,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.serve is not None:
         serve(json.loads(args.serve))
+        return 0
+    if args.resummarize is not None:
+        try:
+            report = resummarize(args.resummarize)
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--resummarize {args.resummarize}: {exc}")
+        print(json.dumps(report["summary"]["targets"], indent=1))
         return 0
     if args.out is None:
         parser.error("--out is required")

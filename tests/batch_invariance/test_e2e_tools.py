@@ -262,7 +262,94 @@ def test_the_benchmark_summary_is_medians_their_ratios_and_the_spread():
     assert summary["ratios"]["bi"]["throughput_vs_vllm"] == 0.75
     assert summary["ratios"]["bi"]["throughput_overhead"] == 1 / 0.75 - 1  # 1 / ratio - 1
     assert summary["ratios"]["bi"]["itl_vs_vllm"] == 2.5 / 2.1  # medians' quotient
+    # round by round, each arm against vLLM in the same round
+    assert summary["round_ratios"]["route"]["throughput_vs_vllm"] == [1.1, 90 / 120, 100 / 90]
+    assert summary["round_ratios"]["bi"]["throughput_overhead"] == [
+        100 / 80 - 1,
+        120 / 70 - 1,
+        90 / 75 - 1,
+    ]
+    # both medians clear their targets, but the rounds fall on both sides of them
+    assert summary["ratios"]["route"]["throughput_vs_vllm"] >= 0.99
+    assert summary["ratios"]["bi"]["throughput_overhead"] < 0.34
     assert summary["targets"] == {
-        "route_throughput_at_least_0.99x": True,
-        "bi_throughput_overhead_below_34_percent": True,
+        "route_throughput_at_least_0.99x": "inconclusive",
+        "bi_throughput_overhead_below_34_percent": "inconclusive",
     }
+
+
+@pytest.mark.parametrize(
+    "route, bi, verdicts",
+    [
+        # every round clears both targets (route >= 0.99x, bi overhead < 34 %)
+        ([100, 99, 120], [80, 75, 90], ("met", "met")),
+        # route 0.98x in one round; bi's overhead 40 % in one round
+        ([100, 98, 120], [80, 75, 60], ("inconclusive", "inconclusive")),
+        # no round clears: route below 0.99x and bi's overhead at least 34 % in every round
+        ([98, 90, 80], [74, 60, 50], ("not met", "not met")),
+    ],
+)
+def test_a_target_is_met_only_when_every_round_clears_it(route, bi, verdicts):
+    rounds = [
+        bench_round(["vllm", "route", "bi"], [100, r, b], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0])
+        for r, b in zip(route, bi, strict=True)
+    ]
+    targets = bench.summarize(rounds)["targets"]
+    assert (
+        targets["route_throughput_at_least_0.99x"],
+        targets["bi_throughput_overhead_below_34_percent"],
+    ) == verdicts
+
+
+def test_a_target_with_one_round_missing_its_arm_is_judged_on_the_paired_rounds():
+    rounds = [
+        bench_round(["vllm", "route"], [100, 120], [1.0, 1.0], [2.0, 2.0]),
+        bench_round(["vllm", "route", "bi"], [100, 100, 50], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0]),
+        bench_round(["route", "bi"], [50, 100], [1.0, 1.0], [2.0, 2.0]),  # no vLLM: unpaired
+    ]
+    summary = bench.summarize(rounds)
+    assert summary["round_ratios"]["route"]["throughput_vs_vllm"] == [1.2, 1.0]
+    assert summary["targets"] == {
+        "route_throughput_at_least_0.99x": "met",
+        "bi_throughput_overhead_below_34_percent": "not met",
+    }
+
+
+def test_resummarize_recomputes_the_summary_from_the_rounds_and_records_it(tmp_path, monkeypatch):
+    from gdn_evidence.harness import provenance
+
+    arms = ["vllm", "route", "bi"]
+    rounds = [
+        bench_round(arms, [100, 50, 80], [1.0, 1.0, 1.2], [2.0, 2.0, 2.5]),
+        bench_round(arms, [100, 150, 90], [1.0, 0.9, 1.3], [2.0, 2.1, 2.4]),
+    ]
+    as_run = {"targets": {"route_throughput_at_least_0.99x": True}}
+    path = tmp_path / "bench.json"
+    path.write_text(
+        json.dumps({"provenance": {"git_commit": "abc"}, "rounds": rounds, "summary": as_run})
+    )
+    monkeypatch.setattr(provenance, "git_state", lambda: ("f00d", False))
+    assert bench.main(["--resummarize", str(path)]) == 0
+    report = json.loads(path.read_text())
+    assert report["rounds"] == rounds and report["provenance"] == {"git_commit": "abc"}
+    assert report["summary"] == bench.summarize(rounds)
+    assert report["summary"]["targets"]["route_throughput_at_least_0.99x"] == "inconclusive"
+    recomputed = report["summary_recomputed"]
+    assert recomputed["git_commit"] == "f00d" and recomputed["from"] == "rounds"
+    assert recomputed["rounds_sha256"] == bench.rounds_digest(rounds)
+    assert recomputed["summary_as_run"] == as_run
+    bench.main(["--resummarize", str(path)])  # again: the summary as run stays the first one
+    assert json.loads(path.read_text())["summary_recomputed"]["summary_as_run"] == as_run
+
+
+def test_resummarize_refuses_a_dirty_checkout_before_writing(tmp_path, monkeypatch, capsys):
+    from gdn_evidence.harness import provenance
+
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"rounds": [], "summary": {}}))
+    before = path.read_bytes()
+    monkeypatch.setattr(provenance, "git_state", lambda: ("f00d", True))
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--resummarize", str(path)])
+    assert info.value.code == 2 and "dirty" in capsys.readouterr().err
+    assert path.read_bytes() == before

@@ -50,3 +50,8 @@ def test_natural_cases_preempt_enough_and_cover_every_engine():
     assert engines >= {
         (m, g, mode) for m in models for g in (False, True) for mode in ("route", "golden")
     }
+
+
+def test_the_cost_section_quotes_the_longest_replay_of_the_table():
+    longest = max(c["replay_seconds"] for c in records())
+    assert f"it took up to {longest:.2f} s per run" in " ".join(DOC.read_text().split())

@@ -108,3 +108,10 @@ def test_demo_keeps_its_options():
         16,
         0,
     )
+
+
+def test_demo_help_says_the_seed_seeds_the_weights_not_sampling(capsys):
+    assert run(["demo", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--seed N seed of the tiny model's random weights" in help_text
+    assert "sampling seed" not in help_text

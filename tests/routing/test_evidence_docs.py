@@ -87,3 +87,51 @@ def test_earlier_evidence_covers_both_versions_and_installs():
         for dtype in ("float32", "bfloat16")
     }
     assert [c for c in routed if any(c[k] for k in ROUTED_KEYS)] == []
+
+
+def flat_routing_doc() -> str:
+    return " ".join((ROOT / "docs" / "routing.md").read_text().split())
+
+
+def test_the_doc_counts_the_fp32_cases_where_vllms_mixed_path_changed_the_state():
+    unrouted = [
+        c
+        for name in RUNS
+        for c in json.loads((EVIDENCE / name).read_text())["cases"]
+        if not c["plugin"] and c["state_dtype"] == "float32"
+    ]
+    changed = [c for c in unrouted if c["state_differ"]]
+    unchanged = [c for c in unrouted if not c["state_differ"]]
+    assert {
+        (c["vllm"], c["prefill_backend"], c["decodes"], tuple(c["prefills"]), c["H"])
+        for c in unchanged
+    } == {("0.34.0", "flashinfer", 1, (37,), 4)}
+    keys = ("out_differ", "state_differ", "conv_differ", "following_out_differ")
+    assert all(not any(c[k] for k in keys) for c in unchanged)  # "without any difference"
+    assert (
+        f"changed the decode rows' recurrent state in {len(changed)} of the {len(unrouted)} "
+        f"fp32 cases" in flat_routing_doc()
+    )
+
+
+def test_the_speed_paragraph_quotes_the_round_ratios_and_the_one_case_met_in_every_round():
+    cases = [
+        (version, c)
+        for version in ("0.30.0", "0.34.0")
+        for c in json.loads((EVIDENCE / f"bench_mixed_step_{version}.json").read_text())["cases"]
+    ]
+    per_case = {
+        (version, c["decodes"], c["prefill_tokens"], c["state_dtype"]): [
+            r / u for r, u in zip(c["routed_rounds_us"], c["upstream_rounds_us"], strict=True)
+        ]
+        for version, c in cases
+    }
+    ratios = [r for rounds in per_case.values() for r in rounds]
+    met = [key for key, rounds in per_case.items() if max(rounds) <= 1.0]
+    straddling = [key for key, rounds in per_case.items() if min(rounds) <= 1.0 < max(rounds)]
+    assert met == [("0.30.0", 64, 8192, "bfloat16")]
+    doc = flat_routing_doc()
+    assert f"the ratios ran {min(ratios):.2f}–{max(ratios):.2f}×" in doc
+    assert f"in {len(straddling)} of the {len(per_case)} cases they fall on both sides" in doc
+    (rounds,) = [per_case[key] for key in met]
+    assert f"bf16 state: {min(rounds):.2f}–{max(rounds):.2f}×)" in doc

@@ -142,7 +142,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "(default: vLLM's choice)",
     )
     demo.add_argument("--max-tokens", type=int, default=16, metavar="N", help="tokens per request")
-    demo.add_argument("--seed", type=int, default=0, metavar="N", help="sampling seed")
+    demo.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the tiny model's random weights (not used with --model), also given to "
+        "vLLM as its seed; decoding is greedy, so it draws no samples",
+    )
     demo.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
     demo.set_defaults(command_parser=demo)
 

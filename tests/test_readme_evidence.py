@@ -1,0 +1,322 @@
+"""Every number README.md quotes from committed evidence is read from that evidence here.
+
+Each claim is the README's sentence fragment with its numbers computed from the evidence file
+it cites (``docs/evidence/``) or from the code constant it names; the test requires the
+fragment, so a changed file or an edited README that no longer agree fail. The README's line
+breaks are ignored (whitespace is collapsed on both sides).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from gdn_evidence.e2e.bench import summarize
+from vllm_gdn_invariant.cli.demo import TOKEN_BUDGET
+from vllm_gdn_invariant.models.tiny import DEMO_OTHER_WORDS
+from vllm_gdn_invariant.shadow.checker import MAX_IN_FLIGHT
+
+ROOT = Path(__file__).resolve().parents[1]
+EVIDENCE = ROOT / "docs" / "evidence"
+ENGINE = EVIDENCE / "h200_engine"
+MSI_RUNS = (
+    "msi_0.26.0_triton.json",
+    "msi_0.26.0_flashinfer_align.json",
+    "msi_0.34.0_triton.json",
+    "msi_0.34.0_flashinfer_align.json",
+)
+SHADOW_OVERHEAD_COMMIT = "922abb7"  # the shadow overhead figures the README quotes
+GDN_LAYERS = 6  # the engine benchmarks' model: 8 layers, 6 GDN
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@cache
+def readme() -> str:
+    return flat((ROOT / "README.md").read_text())
+
+
+@cache
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def span(values: list[float], fmt: str, unit: str = "") -> str:
+    """``lo–hi`` of ``values`` in ``fmt``, then ``unit`` (``0.73–1.22x``)."""
+    return f"{min(values):{fmt}}–{max(values):{fmt}}{unit}"
+
+
+# demo
+
+
+def demo_claims() -> list[str]:
+    report = load(ENGINE / "f60edeb" / "demo_gpu.json")
+    assert report["verdict"] == "IDENTICAL" and report["batch_invariant"]
+    assert report["tokens_identical"] and report["logprobs_identical"]
+    return [
+        f"among {len(DEMO_OTHER_WORDS)} others of {min(DEMO_OTHER_WORDS)} to "
+        f"{max(DEMO_OTHER_WORDS)} words under a {TOKEN_BUDGET}-token budget",
+        "IDENTICAL, tokens and logprobs bitwise, exit 0 "
+        "(`docs/evidence/h200_engine/f60edeb/demo_gpu.json`)",
+    ]
+
+
+# shadow
+
+
+def shadow_groups(commit: str, mode: str) -> list[dict]:
+    report = load(ENGINE / commit / f"shadow_engine_{mode}_0.26.0.json")
+    (arm,) = report["arms"].values()
+    assert not arm["failures"]
+    return arm["groups"]
+
+
+def clean_checks(groups: list[dict], reference: str) -> tuple[int, int, int]:
+    """(checks, decode-only, mixed) of ``reference``'s groups, all without a difference."""
+    chosen = [g for g in groups if g["reference"] == reference]
+    assert chosen and all(not any(g["checks_with_difference"].values()) for g in chosen)
+    by_kind = {
+        kind: sum(g["checks"] for g in chosen if g["step_kind"] == kind)
+        for kind in ("decode", "mixed")
+    }
+    return sum(by_kind.values()), by_kind["decode"], by_kind["mixed"]
+
+
+def shadow_claims() -> list[str]:
+    route = clean_checks(shadow_groups("d2f6948", "route"), "decode")
+    golden = clean_checks(shadow_groups("d2f6948", "golden"), "golden")
+    golden_fp32 = clean_checks(shadow_groups("e08a754", "golden_fp32"), "golden")
+    assert golden == golden_fp32
+    (mixed,) = [
+        g
+        for g in shadow_groups("e08a754", "off")
+        if g["reference"] == "decode" and g["step_kind"] == "mixed"
+    ]
+    assert mixed["checks_with_difference"]["recurrent_state"] == mixed["checks"]
+
+    (engine,) = [
+        r
+        for r in load(ENGINE / SHADOW_OVERHEAD_COMMIT / "bench_shadow_engine_0.26.0.json")[
+            "results"
+        ]
+        if r["level"] == "engine"
+    ]
+    p = engine["checked_step_probability_at_1/64"]
+    rounds = engine["rounds_us"]
+    derived = [
+        1 + p * (full / off - 1) for full, off in zip(rounds["1"], rounds["off"], strict=True)
+    ]
+    measured = [part / off for part, off in zip(rounds["1/64"], rounds["off"], strict=True)]
+    assert max(derived) < 1.02  # the 2 % target, in every round
+    layer_ms = (engine["step_us"]["1"] - engine["step_us"]["off"]) / GDN_LAYERS / 1e3
+    overheads = [100 * (d - 1) for d in derived]
+    return [
+        f"decode reference found 0 differences in {route[0]} checks ({route[1]} decode-only, "
+        f"{route[2]} routed mixed)",
+        f"mode golden the golden reference found 0 in {golden[0]}",
+        f"vLLM's mixed path different in all {mixed['checks']} mixed checks",
+        f"is {100 * (engine['ratio_at_1/64_derived_from_1'] - 1):.1f} % of the decode step by "
+        f"medians, derived from the 1.0 arm (a step took {engine['ratio_to_off']['1']:.2f}x;",
+        f"and {span(overheads, '.1f')} % round by round, so within the 2 % target in every round",
+        f"the measured 1/64 arm ({engine['ratio_to_off']['1/64']:.2f}x by medians, "
+        f"{span(measured, '.2f', 'x')} round by round)",
+        f"A checked layer of 64 rows costs about {layer_ms:.2f} ms",
+        f"the serving thread does not wait for them while fewer than {MAX_IN_FLIGHT} checks are "
+        "in flight",
+        f"When a check is submitted with {MAX_IN_FLIGHT} in flight, the serving thread drains "
+        "synchronously",
+        f"found 0 differing elements in all {golden[0]} checks ({golden[1]} decode-only, "
+        f"{golden[2]} mixed) of the rows they served, with a bfloat16 state and with a float32 one",
+    ]
+
+
+def shadow_cpu_report_lines() -> list[str]:
+    """The README's CPU report block, without its '...' elisions."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```\nreference decode, provider vllm-cpu")
+    block = text[start + 4 : text.index("```", start + 4)]
+    return [line for line in block.splitlines() if line.strip() and line.strip() != "..."]
+
+
+def test_the_readme_cpu_shadow_report_is_lines_of_the_committed_report():
+    report = (EVIDENCE / "shadow_cpu_report.txt").read_text().splitlines()
+    lines = shadow_cpu_report_lines()
+    assert len(lines) >= 5
+    assert [line for line in lines if line not in report] == []
+
+
+# batch-invariant mode: end to end, the engine benchmark, preemption
+
+
+def e2e_claims() -> list[str]:
+    cases = load(EVIDENCE / "e2e_determinism.json")["cases"]
+    four = [c for c in cases if c["arm"] == 4]
+    five = [c for c in cases if c["arm"] == 5]
+    same = sum(c["tokens_identical"] and c["logprobs_identical"] for c in four)
+    differ = sum(not c["logprobs_identical"] for c in five)
+    (run, *_) = load(EVIDENCE / "e2e_determinism.json")["provenance"]["runs"]
+    return [
+        f"a target's {run['new_tokens']} greedy tokens and their logprobs were the same bits "
+        f"alone and among {len(run['other_words'])} concurrent prompts",
+        f"{same} of {len(four)} cases; without the routing patch they differed in {differ} of "
+        f"{len(five)}",
+    ]
+
+
+def bench_engine_claims() -> list[str]:
+    report = load(EVIDENCE / "bench_engine.json")
+    summary = report["summary"]
+    assert summary == summarize(report["rounds"])  # recomputed by the code in this tree
+    ratios, by_round = summary["ratios"], summary["round_ratios"]
+    overheads = [100 * o for o in by_round["bi"]["throughput_overhead"]]
+    arms = report["profile"]["arms"]
+    categories = {arm: arms[arm]["categories_us"] for arm in ("vllm", "bi")}
+    extra = {k: categories["bi"][k] - categories["vllm"][k] for k in categories["vllm"]}
+    total_extra = arms["bi"]["device_us"] - arms["vllm"]["device_us"]
+    verdicts = set(summary["targets"].values())
+    assert verdicts == {"inconclusive"}, summary["targets"]
+    return [
+        f"{report['provenance']['model']['num_hidden_layers']} layers with its GDN dimensions, "
+        f"{len(report['rounds'])} rounds",
+        f"medians of {ratios['bi']['throughput_vs_vllm']:.2f}x vLLM's throughput and "
+        f"{ratios['bi']['itl_vs_vllm']:.2f}x its inter-token latency with the mode",
+        f"round by round the mode's throughput ran "
+        f"{span(by_round['bi']['throughput_vs_vllm'], '.2f', 'x')} vLLM's (an overhead of "
+        f"{min(overheads):.0f} % to {max(overheads):.0f} %) and mode route's "
+        f"{span(by_round['route']['throughput_vs_vllm'], '.2f', 'x')}, so both targets",
+        "are inconclusive (`docs/evidence/bench_engine.json`, `summary.targets`",
+        f"the mode took {arms['bi']['device_us'] / arms['vllm']['device_us']:.2f}x vLLM's kernel "
+        f"time, {100 * (extra['gemm'] + extra['moe']) / total_extra:.0f} % of the extra in "
+        f"vLLM's own batch-invariant matmul and MoE and "
+        f"{100 * extra['gdn_decode'] / total_extra:.0f} % in the float32 GDN state's decode",
+        f"the plugin in mode route took "
+        f"{arms['route']['device_us'] / arms['vllm']['device_us']:.3f}x vLLM's kernel time",
+    ]
+
+
+def preemption_claims() -> list[str]:
+    cases = load(EVIDENCE / "preemption.json")["cases"]
+    engines = {
+        (c["model"], c["cuda_graphs"], c["mode"], c["engine"]["model_runner"]) for c in cases
+    }
+
+    def of(kind: str, arm: str) -> tuple[int, int, list[int]]:
+        chosen = [c for c in cases if c["kind"] == kind and c["arm"] == arm]
+        return (
+            sum(c["identical"] for c in chosen),
+            sum(c["compared"] for c in chosen),
+            [c["preemptions"] for c in chosen],
+        )
+
+    forced, natural = of("forced", "replay"), of("natural", "replay")
+    forced_off, natural_off = of("forced", "control"), of("natural", "control")
+    assert len(set(forced[2])) == 1
+    return [
+        f"(`docs/evidence/preemption.json`, {len(engines)} engines",
+        f"step: {forced[0]} of {forced[1]} requests of the runs with forced preemption "
+        f"({forced[2][0]} preemptions per run) and {natural[0]} of {natural[1]} sampled requests "
+        f"of the runs under natural preemption ({min(natural[2])} to {max(natural[2])} per run) "
+        "were bitwise their uninterrupted runs",
+        f"with the replay switched off, {forced_off[0]} of {forced_off[1]} and {natural_off[0]} "
+        f"of {natural_off[1]}",
+    ]
+
+
+# what it measures: routing and the golden-matched kernels
+
+
+def routing_claims() -> list[str]:
+    runs = [load(EVIDENCE / name)["cases"] for name in MSI_RUNS]
+    routed = [c for cases in runs for c in cases if c["plugin"]]
+    checkpoints = sum(
+        c["checkpoints"]
+        for c in load(EVIDENCE / "msi_0.34.0_flashinfer_align.json")["cases"]
+        if c["plugin"]
+    )
+    fp32 = [c for cases in runs for c in cases if not c["plugin"] and c["state_dtype"] == "float32"]
+    earlier = load(EVIDENCE / "mixed_step_invariance.json")["cases"]
+    earlier_fp32 = [c for c in earlier if not c["plugin"] and c["state_dtype"] == "float32"]
+    unchanged = [c for c in fp32 if not c["state_differ"]]
+    assert {
+        (c["vllm"], c["prefill_backend"], c["decodes"], tuple(c["prefills"]), c["H"])
+        for c in unchanged
+    } == {("0.34.0", "flashinfer", 1, (37,), 4)}
+    assert all(c["fresh_prefill"] for c in unchanged)
+    assert all(earlier_fp32_case["state_differ"] for earlier_fp32_case in earlier_fp32)
+    bench = [
+        c
+        for v in ("0.30.0", "0.34.0")
+        for c in load(EVIDENCE / f"bench_mixed_step_{v}.json")["cases"]
+    ]
+    per_round = [
+        r / u
+        for c in bench
+        for r, u in zip(c["routed_rounds_us"], c["upstream_rounds_us"], strict=True)
+    ]
+    return [
+        f"7 compositions ({len(routed)} cases)",
+        f"the prefill checkpoints FlashInfer exports ({checkpoints} on 0.34.0)",
+        f"with `vllm-diffs/` ({sum(c['plugin'] for c in earlier)} cases)",
+        f"recurrent state in {len(fp32) - len(unchanged)} of the {len(fp32)} fp32 cases of the "
+        "four runs (not in the two on 0.34.0 with FlashInfer prefill that put one decode row "
+        "beside a fresh 37-token prompt at TP4 heads",
+        f"and in all {len(earlier_fp32)} of the earlier ones",
+        f"spends {span([c['ratio_gpu_kernel_time'] for c in bench], '.2f')}× vLLM's GPU kernel "
+        "time",
+        f"is {span([c['ratio_routed_over_upstream'] for c in bench], '.3f')}× by medians (0.30.0 "
+        f"and 0.34.0), within rounds whose ratios ran {span(per_round, '.2f')}×",
+    ]
+
+
+def kernel_claims() -> list[str]:
+    cases = [c for c in load(EVIDENCE / "bench_decode.json")["cases"] if c["batch"] >= 64]
+
+    def of(op: str, key: str) -> list[float]:
+        return [c[key] for c in cases if c["op"] == op]
+
+    return [
+        f"conv update {span(of('conv', 'speed_vs_vllm'), '.2f')}×, recurrent step "
+        f"{span(of('recurrent', 'speed_vs_vllm'), '.2f')}×",
+        f"`recurrent_step` {span(of('recurrent', 'speed_vs_vllm_api'), '.2f')}×, `conv_update` "
+        f"{min(of('conv', 'speed_vs_vllm_api')):.3f}–{max(of('conv', 'speed_vs_vllm_api')):.2f}×",
+    ]
+
+
+CLAIMS: dict[str, Callable[[], list[str]]] = {
+    "demo": demo_claims,
+    "shadow": shadow_claims,
+    "end to end": e2e_claims,
+    "engine benchmark": bench_engine_claims,
+    "preemption": preemption_claims,
+    "routing": routing_claims,
+    "golden-matched kernels": kernel_claims,
+}
+
+
+@pytest.mark.parametrize("name", list(CLAIMS))
+def test_the_readme_quotes_the_evidence(name):
+    missing = [claim for claim in CLAIMS[name]() if flat(claim) not in readme()]
+    assert missing == [], missing
+
+
+def test_a_changed_evidence_file_no_longer_matches_the_readme(monkeypatch):
+    """Negative control: the claims are computed from the file; another value in it fails."""
+    real = load(EVIDENCE / "bench_engine.json")
+    changed = copy.deepcopy(real)
+    changed["profile"]["arms"]["bi"]["device_us"] *= 1.1
+    original = load
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "load",
+        lambda path: changed if path.name == "bench_engine.json" else original(path),
+    )
+    missing = [claim for claim in bench_engine_claims() if flat(claim) not in readme()]
+    assert len(missing) == 1 and "vLLM's kernel time" in missing[0]
