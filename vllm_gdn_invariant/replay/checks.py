@@ -84,9 +84,7 @@ def check_cu_seqlens(
             f"cu_seqlens is on {cu_seqlens.device}, but x is on {device} "
             "(cu_seqlens may be on x's device or on the CPU)"
         )
-    require_shape(
-        cu_seqlens, "cu_seqlens", (num_sequences + 1,), "[S+1] (S = conv_state.shape[0])"
-    )
+    require_shape(cu_seqlens, "cu_seqlens", (num_sequences + 1,), "[S+1] (S = conv_state.shape[0])")
     offsets = cu_seqlens.tolist()  # the one read of device memory, when it is on a GPU
     if offsets[0] != 0:
         raise ValueError(f"cu_seqlens must start at 0, got {offsets[0]}")
@@ -97,9 +95,7 @@ def check_cu_seqlens(
             f"(cu_seqlens[s+1] < cu_seqlens[s])"
         )
     if offsets[-1] != num_tokens:
-        raise ValueError(
-            f"cu_seqlens must end at N = x.shape[0] = {num_tokens}, got {offsets[-1]}"
-        )
+        raise ValueError(f"cu_seqlens must end at N = x.shape[0] = {num_tokens}, got {offsets[-1]}")
     return SequencePlan.from_offsets(offsets)
 
 
@@ -217,7 +213,9 @@ def check_prompt_args(
         require_tensor(A_log, "A_log", ndim=1, dtypes=FLOAT_DTYPES)
         require_tensor(cu_seqlens, "cu_seqlens", ndim=1, dtypes=INDEX_DTYPES)
         if conv_state_dtype is not None and conv_state_dtype not in FLOAT_DTYPES:
-            raise TypeError(f"conv_state_dtype must be one of {FLOAT_DTYPES}, got {conv_state_dtype!r}")
+            raise TypeError(
+                f"conv_state_dtype must be one of {FLOAT_DTYPES}, got {conv_state_dtype!r}"
+            )
         sequences = max(cu_seqlens.shape[0] - 1, 0)
         conv_state = torch.zeros(
             (sequences, x.shape[1], max(conv_weight.shape[1] - 1, 0)),

@@ -29,10 +29,8 @@ class SequencePlan:
     @classmethod
     def from_offsets(cls, offsets: list[int]) -> SequencePlan:
         """The plan of ``cu_seqlens`` values ``offsets`` (checked by the caller)."""
-        return cls(
-            starts=tuple(offsets[:-1]),
-            lengths=tuple(end - start for start, end in zip(offsets[:-1], offsets[1:])),
-        )
+        pairs = zip(offsets[:-1], offsets[1:], strict=True)
+        return cls(starts=tuple(offsets[:-1]), lengths=tuple(end - start for start, end in pairs))
 
     @property
     def num_sequences(self) -> int:
@@ -70,11 +68,7 @@ class SequencePlan:
     def step_major_tokens(self) -> list[int]:
         """Every token once, step after step (step 0's tokens first, each in ranking order)."""
         ranking = self.ranking
-        return [
-            self.starts[s] + t
-            for t, n in enumerate(self.step_sizes)
-            for s in ranking[:n]
-        ]
+        return [self.starts[s] + t for t, n in enumerate(self.step_sizes) for s in ranking[:n]]
 
 
 def with_null_block(blocks: Tensor) -> Tensor:
