@@ -11,7 +11,7 @@ import torch
 
 from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.replay import checks as checks_module
-from vllm_gdn_invariant.replay import replay_response
+from vllm_gdn_invariant.replay import prompt_state, replay_response
 from vllm_gdn_invariant.replay import response as response_module
 from vllm_gdn_invariant.replay.checks import check_replay_args
 
@@ -167,3 +167,53 @@ def test_cu_seqlens_values_are_read_once(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "tolist", counting)
     checks_module.check_replay_args(*case.args(), **case.all_kwargs())
     assert reads == [(len(LENGTHS) + 1,)]
+
+
+def prompt_call(case, **changes):
+    kwargs = {
+        "num_k_heads": case.kwargs["num_k_heads"],
+        "head_k_dim": case.state.shape[3],
+        "head_v_dim": case.state.shape[2],
+        "conv_bias": case.conv_bias,
+        **changes,
+    }
+    args = (case.x, case.a, case.b, case.A_log, case.dt_bias, case.conv_weight, case.cu_seqlens)
+    return prompt_state(*args, **kwargs)
+
+
+PROMPT_CHECKED = {
+    "one state of two": (
+        dict(state=base().state), ValueError, r"pass both conv_state and state .* or neither"
+    ),
+    "bfloat16 state": (
+        dict(conv_state=base().conv_state, state=base().state.bfloat16()),
+        TypeError, r"state must be float32 \(the plugin's recurrent state",
+    ),
+    "head_v_dim": (
+        dict(head_v_dim=4), ValueError, r"width 48 gives K=8 .* V=4, but state.shape\[3\]=7"
+    ),
+    "head_k_dim 0": (dict(head_k_dim=0), ValueError, r"head_k_dim must be > 0, got 0"),
+    "conv_state_dtype with states": (
+        dict(conv_state=base().conv_state, state=base().state, conv_state_dtype=torch.float32),
+        ValueError, r"conv_state_dtype is for a fresh prompt",
+    ),
+    "conv_state_dtype int": (
+        dict(conv_state_dtype=torch.int8), TypeError, r"conv_state_dtype must be one of",
+    ),
+    "float32 x": (
+        dict(x_dtype=torch.float32), TypeError, r"x must be bfloat16 or float16 for vLLM's chunk",
+    ),
+    "a CPU tensor outside Triton's interpreter": (
+        {}, ValueError, r"x is on cpu; prompt_state runs vLLM's Triton prefill kernels, on CUDA",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("changes, error, message", PROMPT_CHECKED.values(), ids=PROMPT_CHECKED)
+def test_prompt_state_checks(changes, error, message, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    case = base()
+    if "x_dtype" in changes:
+        case = case.with_changes(x=case.x.to(changes.pop("x_dtype")))
+    with pytest.raises(error, match=message):
+        prompt_call(case, **changes)
