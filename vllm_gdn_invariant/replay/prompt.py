@@ -20,16 +20,17 @@ supported release, 0.26.0 to 0.34.0), taken from that module's namespace:
    ``prepare_chunk_offsets`` on the host's ``cu_seqlens``, as vLLM's metadata builder computes
    them.
 
-These are Triton kernels: CUDA tensors, or CPU tensors under Triton's interpreter
-(``TRITON_INTERPRET=1``, with Triton visible to vLLM). The result is differentiable the way
-``replay_response``'s is: the backward recomputes the same function in float32 PyTorch
-(recurrence.py; vLLM's prefill is that function, computed in chunks).
+These are Triton kernels, run on CUDA tensors only. (Under Triton's interpreter on the CPU,
+with Triton handed to vLLM's CPU build as ``scripts/prefill_interpreter_check.py`` does, this
+sequence gave outputs of magnitude 1e8 from inputs of magnitude 1 on a 75-token case whose conv
+tail was exact, from the first token on; not investigated further.) The result is
+differentiable the way ``replay_response``'s is: the backward recomputes the same function in
+float32 PyTorch (recurrence.py; vLLM's prefill is that function, computed in chunks).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 from torch import Tensor
@@ -42,15 +43,11 @@ PREFILL_DTYPES = (torch.bfloat16, torch.float16)  # FLA's chunk kernels refuse f
 
 
 def require_prefill_device(x: Tensor) -> None:
-    """CUDA, or the CPU under Triton's interpreter."""
-    if x.device.type == "cuda":
-        return
-    if x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
-        return
-    raise ValueError(
-        f"x is on {x.device}; prompt_state runs vLLM's Triton prefill kernels, on CUDA "
-        "(or on the CPU under Triton's interpreter, TRITON_INTERPRET=1)"
-    )
+    """vLLM's prefill kernels run on CUDA."""
+    if x.device.type != "cuda":
+        raise ValueError(
+            f"x is on {x.device}; prompt_state runs vLLM's Triton prefill kernels, on CUDA only"
+        )
 
 
 def prefill_with_vllm(
