@@ -44,7 +44,7 @@ import torch
 
 from gdn_evidence.harness.layer import LAYOUTS, LayerDims
 from gdn_evidence.harness.provenance import provenance
-from vllm_gdn_invariant import golden
+from vllm_gdn_invariant import golden, kernels
 from vllm_gdn_invariant.replay import replay_response
 from vllm_gdn_invariant.replay.checks import check_replay_args
 from vllm_gdn_invariant.replay.prompt import prefill_with_vllm
@@ -133,8 +133,6 @@ def per_token_arm(inputs: dict, dims: LayerDims, length: int) -> Callable[[], ob
         return conv, torch.cat([torch.zeros_like(inputs["state"][:1]), inputs["state"]])
 
     def run_kernels():
-        from vllm_gdn_invariant import kernels  # CUDA only
-
         conv_pool, state_pool = pools()
         for t in range(length):
             rows = starts + t
