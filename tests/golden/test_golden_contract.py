@@ -1,5 +1,7 @@
 """The cache-state contract of recurrent_step and conv_update (contract.py)."""
 
+import math
+
 import pytest
 import torch
 
@@ -335,3 +337,12 @@ def test_conv_state_layout_follows_dim_first():
     conv_update(*case.args(), **case.kwargs)
     with pytest.raises(ValueError, match="conv_state"):
         conv_with(case, dim_first=True)
+
+
+def test_scale_is_rounded_to_fp32_as_torch_rounds_it_and_zero_keeps_its_sign():
+    values = [0.0, -0.0, 0.1, -0.1, 128**-0.5, 1e-40, -1e-45, 3.4028235677973366e38, 1e39, -1e300]
+    for value in values + list(reversed(values)):  # a cached value must not answer for another
+        expected = torch.tensor(value, dtype=torch.float32).item()
+        got = golden.fp32_scale(value)
+        assert got == expected or (got != got and expected != expected)
+        assert math.copysign(1.0, got) == math.copysign(1.0, expected)

@@ -21,6 +21,7 @@ from .recurrent import (
     RecurrentDims,
     check_recurrent_args,
     check_recurrent_dims,
+    fp32_scale,
     recurrent_step,
 )
 from .reduction import fixed_order_sum
@@ -40,6 +41,7 @@ __all__ = [
     "conv_update",
     "exp",
     "fixed_order_sum",
+    "fp32_scale",
     "log1p",
     "recurrent_step",
     "require_state_indices",

@@ -34,6 +34,8 @@ fuse the kernel's products into FMAs, the golden rounds each product). So the go
 bitwise equal to the kernel; it is the reference the golden-matched kernels reproduce.
 """
 
+import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -99,6 +101,18 @@ def gated_delta_step(
     h = h + v[:, :, :, None] * k
     o = fixed_order_sum(h * q)
     return o, h
+
+
+def fp32_scale(scale: float) -> float:
+    """``scale`` rounded once to fp32, as torch rounds a Python float (kept per value)."""
+    return fp32_of(scale, math.copysign(1.0, scale))
+
+
+@functools.lru_cache(maxsize=256)
+def fp32_of(value: float, sign: float) -> float:
+    """``value`` rounded to fp32 by torch; ``sign`` (``copysign(1, value)``) keeps -0.0 and 0.0,
+    which compare equal, apart in the cache."""
+    return torch.tensor(value, dtype=torch.float32).item()
 
 
 @dataclass(frozen=True)
@@ -185,7 +199,7 @@ def check_recurrent_dims(
         num_v_heads=num_v_heads,
         head_k=head_k,
         head_v=head_v,
-        scale=torch.tensor(scale, dtype=torch.float32).item(),  # round once to fp32
+        scale=fp32_scale(scale),
         use_qk_l2norm=use_qk_l2norm,
     )
 

@@ -113,7 +113,7 @@ class Launcher:
         """The constexprs in the order of the kernel's parameters after ``arguments``: with
         them, ``(*arguments, *values)`` is every parameter in order, as Triton's launcher binds
         them."""
-        return tuple(constexprs[name] for name in self.names[len(arguments) :])
+        return tuple(map(constexprs.__getitem__, self.names[len(arguments) :]))
 
     def jit_launch(
         self, grid: tuple[int, ...], arguments: tuple, constexprs: dict, num_warps: int

@@ -12,11 +12,12 @@ launch shapes of the public functions, so its bits are theirs.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 from torch import Tensor
 
-from vllm_gdn_invariant.golden import RecurrentDims
+from vllm_gdn_invariant.golden import RecurrentDims, fp32_scale
 
 from .conv import ConvConfig, conv_config, launch_conv
 from .recurrent import RecurrentConfig, launch_recurrent, recurrent_config
@@ -60,6 +61,7 @@ def decode_step(
         head_v,
         head_k,
         scale,
+        math.copysign(1.0, scale),  # -0.0 and 0.0 are one key otherwise
         state.dtype,
     )
     conv_out, _ = launch_conv(
@@ -81,6 +83,7 @@ def decode_plan(
     head_v: int,
     head_k: int,
     scale: float,
+    scale_sign: float,
     state_dtype: torch.dtype,
 ) -> tuple[ConvDims, ConvConfig, RecurrentDims, RecurrentConfig]:
     """The two kernels' dims and launch shapes (those of the public functions) for a decode
@@ -92,7 +95,7 @@ def decode_plan(
         num_v_heads=num_v_heads,
         head_k=head_k,
         head_v=head_v,
-        scale=torch.tensor(scale, dtype=torch.float32).item(),  # as the goldens round it
+        scale=fp32_scale(scale),  # as the goldens round it
         use_qk_l2norm=True,
     )
     return conv_dims, conv_config(conv_dims), dims, recurrent_config(dims, state_dtype)
