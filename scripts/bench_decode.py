@@ -1,130 +1,233 @@
 """Time the golden-matched decode kernels against vLLM's in one run, as JSON with provenance (GPU).
 
-    python scripts/bench_decode.py --out bench_decode.json [--sweep]
+    python scripts/bench_decode.py --out bench_decode.json [--quick] [--sweep]
+    python scripts/bench_decode.py --smoke --out /tmp/smoke.json     # CPU: the script's plumbing
 
-For each batch size (all rows active; default 1, 16, 64, 256, 1024), Qwen3-Next's TP1 heads
-(H=16, HV=32, K=V=128, conv dim 8192, W=4) and an fp32 and a bf16 state, two ops are timed,
-each arm on its own copy of the state:
+For each batch size (all rows active; default 1, 2, 4, ..., 1024), Qwen3-Next's TP1 heads
+(H=16, HV=32, K=V=128, conv dim 8192, W=4) and an fp32 and a bf16 recurrent state, three ops
+are timed, each arm on its own copy of the state:
 
 * ``recurrent``: ``vllm`` is vLLM's ``fused_recurrent_gated_delta_rule_packed_decode``, ``ours``
-  is ``kernels.recurrent.launch_recurrent`` (arguments checked once);
+  is ``kernels.recurrent.launch_recurrent`` (arguments checked once), ``ours_api`` the public
+  ``kernels.recurrent_step``;
 * ``conv``: ``vllm`` is vLLM's ``causal_conv1d_update`` (SiLU, no bias, dim-first cache of the
-  state dtype, bf16 x and weight), ``ours`` is ``kernels.conv.launch_conv``.
+  state dtype, bf16 x and weight), ``ours`` is ``kernels.conv.launch_conv``, ``ours_api`` the
+  public ``kernels.conv_update``;
+* ``decode_step``: the GDN decode step as vLLM serves it, ``vllm`` is ``causal_conv1d_update``
+  then the packed decode on its output (vLLM's decode path), ``ours`` is
+  ``kernels.serving.decode_step`` (what mode golden launches per layer), ``ours_api`` the public
+  ``conv_update`` then ``recurrent_step``; the conv cache is bf16 (the model dtype, as vLLM
+  allocates it), the recurrent state of the case's dtype.
 
-vLLM's kernels are called as vLLM's decode path calls them (harness/agreement.py). Ours are
-timed at their launch, since vLLM's wrappers make no device syncs and ours validate the indices
-on the device (``torch.unique``, ``any()``); the public functions, validation included, are
-timed too (``ours_*_api``). Each arm's time is the median of ``triton.testing.do_bench``
-medians (L2 flushed before each call) over ROUNDS rounds that alternate the arms; the device
-time of the launched kernels (torch.profiler) is reported beside it. An op's bytes (state read
-and written, inputs read, output written) over its time give its achieved bandwidth, reported
-as a fraction of a device-to-device copy of the same number of bytes timed in the same round,
-and of a 1 GiB copy. The printed ratio is vLLM's time / ours: 1.0 or more means ours is at least
-as fast. ``--sweep`` also times other launch shapes of the recurrent kernel (RecurrentConfig:
-rows per program, warps, lanes along K) from B=64 up, fastest first.
+vLLM's kernels are called as vLLM's decode path calls them (harness/agreement.py). Arms
+alternate within each of ROUNDS rounds; every arm is measured three ways per round, medians
+over rounds reported:
+
+* ``us``: ``triton.testing.do_bench``'s median (L2 flushed before each call, CUDA events);
+* ``wall_us``: wall time per call of back-to-back calls, no flush (host perf_counter from a
+  synchronized start to a synchronized end, over enough calls to last WALL_TARGET_MS): what
+  a layer pays when the host launches faster than the device runs, or the launch cost when not;
+* ``kernel_us``: device time of the kernels and copies one call launches (torch.profiler).
+
+An op's bytes (state read and written, inputs read, output written) over its ``us`` give its
+achieved bandwidth, reported as a fraction of a device-to-device copy of the same number of
+bytes timed in the same round, and of a 1 GiB copy. Ratios are vLLM's time / ours (>= 1.0: ours
+at least as fast): ``speed_vs_vllm`` (do_bench), ``speed_vs_vllm_wall``,
+``speed_vs_vllm_device``. ``api_bound`` compares the public functions' wall time with their
+launch's (``ours_api`` vs ``ours``): within the bound when the API takes at most 1.25x the
+launch's wall time at B >= 64 and at most 50 µs more below. ``summary`` lists the cases below
+1.0 and the API bound's misses. ``--sweep`` also times other launch shapes of the recurrent
+kernel (RecurrentConfig: rows per program, warps, lanes along K) from B=64 up, fastest first.
+
+``--quick`` (3 rounds, shorter do_bench and profiles) fits one device call: about 3 minutes on
+an H200 for the default sizes, vLLM's import and the kernels' compiles included. ``--smoke``
+runs the whole flow on CPU with tiny heads, B = 2, our kernels in Triton's interpreter and
+the goldens standing in for vLLM's kernels (named so in the report); it measures nothing and
+exists so that a test catches a broken script.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
-import triton
 
-from gdn_evidence.harness.agreement import load_providers
-from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS
+from gdn_evidence.harness.agreement import Providers, load_providers
+from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
 from gdn_evidence.harness.profiling import kernel_time
 from gdn_evidence.harness.provenance import provenance
+from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.kernels import conv as conv_kernel
+from vllm_gdn_invariant.kernels import conv_update, recurrent_step, serving
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 from vllm_gdn_invariant.kernels.validation import (
     check_conv_args,
     check_recurrent_args,
 )
 
-SCHEMA = "vllm-gdn-invariant/bench-decode/1"
-BATCH_SIZES = (1, 16, 64, 256, 1024)
+SCHEMA = "vllm-gdn-invariant/bench-decode/2"
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-ROUNDS = 7
+OPS = ("recurrent", "conv", "decode_step")
+ARMS = ("vllm", "ours", "ours_api")
 PEAK_COPY_BYTES = 1 << 30
 SWEEP_FROM_BATCH = 64
+API_RATIO_BOUND = 1.25  # API wall time over the launch's, from API_LARGE_BATCH rows
+API_EXCESS_BOUND_US = 50.0  # API wall time minus the launch's, below API_LARGE_BATCH rows
+API_LARGE_BATCH = 64
+SMOKE_DIMS = LayerDims(1, 2, 16, 16)
+SMOKE_BATCH_SIZES = (2,)
 
 
-def bench_us(fn) -> float:
-    """Median time of one call in microseconds (triton.testing.do_bench, L2 flushed)."""
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+@dataclass(frozen=True)
+class Settings:
+    """How long each measurement runs."""
+
+    rounds: int
+    warmup_ms: int  # do_bench
+    rep_ms: int  # do_bench
+    profile_iters: int
+    wall_target_ms: float
+    wall_max_calls: int
 
 
-def copy_fn(num_bytes: int):
-    """A device-to-device copy that reads num_bytes / 2 and writes num_bytes / 2."""
-    src = torch.empty(max(num_bytes // 2, 1), dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    return lambda: dst.copy_(src)
+FULL = Settings(rounds=7, warmup_ms=25, rep_ms=100, profile_iters=20, wall_target_ms=20.0,
+                wall_max_calls=4000)  # fmt: skip
+QUICK = Settings(rounds=3, warmup_ms=5, rep_ms=20, profile_iters=10, wall_target_ms=5.0,
+                 wall_max_calls=1000)  # fmt: skip
+SMOKE = Settings(rounds=1, warmup_ms=0, rep_ms=0, profile_iters=0, wall_target_ms=0.0,
+                 wall_max_calls=1)  # fmt: skip
 
 
-def recurrent_case(batch: int, state_dtype: torch.dtype, seed: int) -> dict:
-    dims = QWEN3_NEXT_DIMS
+class GpuClock:
+    """Measurements on the current CUDA device."""
+
+    device = "cuda"
+    timed = True
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    def sync(self) -> None:
+        torch.cuda.synchronize()
+
+    def bench_us(self, fn: Callable[[], object]) -> float:
+        """Median time of one call in microseconds (do_bench, L2 flushed)."""
+        import triton.testing  # CUDA only: its benchmarker needs a driver
+
+        ms = triton.testing.do_bench(
+            fn, warmup=self.settings.warmup_ms, rep=self.settings.rep_ms, return_mode="median"
+        )
+        return ms * 1e3
+
+    def device_us(self, fn: Callable[[], object]) -> float:
+        return kernel_time(fn, self.settings.profile_iters).us
+
+    def copy_fn(self, num_bytes: int) -> Callable[[], object]:
+        """A device-to-device copy that reads num_bytes / 2 and writes num_bytes / 2."""
+        src = torch.empty(max(num_bytes // 2, 1), dtype=torch.uint8, device=self.device)
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+
+
+class SmokeClock(GpuClock):
+    """CPU stand-in: one call per measurement, no device time; nothing here is a measurement."""
+
+    device = "cpu"
+    timed = False
+
+    def sync(self) -> None:
+        pass
+
+    def bench_us(self, fn: Callable[[], object]) -> float:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e6
+
+    def device_us(self, fn: Callable[[], object]) -> float | None:
+        return None
+
+
+def wall_us(clock: GpuClock, fn: Callable[[], object], calls: int) -> float:
+    """Wall time per call of ``calls`` back-to-back calls, from a synchronized start to a
+    synchronized end."""
+    clock.sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    clock.sync()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def wall_calls(settings: Settings, us: float) -> int:
+    """Enough calls of about ``us`` each to last the wall target."""
+    calls = int(settings.wall_target_ms * 1e3 / max(us, 1.0))
+    return max(min(calls, settings.wall_max_calls), min(10, settings.wall_max_calls))
+
+
+def inputs(dims: LayerDims, batch: int, state_dtype: torch.dtype, seed: int, device: str) -> dict:
+    """One decode step's tensors: the recurrent step's, the conv update's (cache of the state
+    dtype) and the decode step's conv cache (bf16)."""
     H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k_dim, dims.head_v_dim
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    num_blocks = batch + 1
+    dim, width = dims.conv_dim, dims.conv_width
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, device=device)
+
     return {
-        "mixed_qkv": torch.randn(batch, dims.conv_dim, generator=g, device="cuda").bfloat16(),
-        "a": torch.randn(batch, HV, generator=g, device="cuda").bfloat16(),
-        "b": torch.randn(batch, HV, generator=g, device="cuda").bfloat16(),
-        "A_log": torch.log(torch.rand(HV, generator=g, device="cuda") * 15.0 + 1.0),
-        "dt_bias": torch.randn(HV, generator=g, device="cuda"),
-        "state": (torch.randn(num_blocks, HV, V, K, generator=g, device="cuda") * 0.1).to(
-            state_dtype
-        ),
-        "state_indices": torch.arange(1, batch + 1, dtype=torch.int32, device="cuda"),
+        "mixed_qkv": randn(batch, dim).bfloat16(),
+        "a": randn(batch, HV).bfloat16(),
+        "b": randn(batch, HV).bfloat16(),
+        "A_log": torch.log(torch.rand(HV, generator=g, device=device) * 15.0 + 1.0),
+        "dt_bias": randn(HV),
+        "state": (randn(batch + 1, HV, V, K) * 0.1).to(state_dtype),
+        "state_indices": torch.arange(1, batch + 1, dtype=torch.int32, device=device),
+        "x": randn(batch, dim).bfloat16(),
+        "conv_state": randn(batch + 1, dim, width - 1).to(state_dtype),
+        "step_conv_state": randn(batch + 1, dim, width - 1).bfloat16(),
+        "weight": (randn(dim, width) * 0.5).bfloat16(),
         "H": H,
         "scale": K**-0.5,
     }
 
 
+def nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def recurrent_bytes(x: dict) -> int:
     batch = x["mixed_qkv"].shape[0]
-    block = x["state"][0]
-    out = batch * block.shape[0] * block.shape[1] * 2  # bf16 out [B, 1, HV, V]
-    inputs = sum(x[n].numel() * x[n].element_size() for n in ("mixed_qkv", "a", "b"))
-    return 2 * batch * block.numel() * block.element_size() + inputs + out
+    out = batch * x["state"].shape[1] * x["state"].shape[2] * 2  # bf16 out [B, 1, HV, V]
+    block = nbytes(x["state"][0])
+    return 2 * batch * block + nbytes(x["mixed_qkv"], x["a"], x["b"]) + out
 
 
-def conv_case(batch: int, cache_dtype: torch.dtype, seed: int) -> dict:
-    dims = QWEN3_NEXT_DIMS
-    dim, width = dims.conv_dim, dims.conv_width
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return {
-        "x": torch.randn(batch, dim, generator=g, device="cuda").bfloat16(),
-        "conv_state": torch.randn(batch + 1, dim, width - 1, generator=g, device="cuda").to(
-            cache_dtype
-        ),
-        "weight": (torch.randn(dim, width, generator=g, device="cuda") * 0.5).bfloat16(),
-        "state_indices": torch.arange(1, batch + 1, dtype=torch.int32, device="cuda"),
-    }
-
-
-def conv_bytes(x: dict) -> int:
+def conv_bytes(x: dict, cache: torch.Tensor) -> int:
     batch = x["x"].shape[0]
-    block = x["conv_state"][0]
-    io = 2 * x["x"].numel() * x["x"].element_size()  # x read, out written (bf16)
-    weight = x["weight"].numel() * x["weight"].element_size()
-    return 2 * batch * block.numel() * block.element_size() + io + weight
+    return 2 * batch * nbytes(cache[0]) + 2 * nbytes(x["x"]) + nbytes(x["weight"])
 
 
-def recurrent_arms(providers, x: dict) -> dict:
+def recurrent_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     """vLLM's packed decode and ours (launch and API), each on its own copy of the state."""
     vllm_state, ours_state, api_state = (x["state"].clone() for _ in range(3))
     batch, HV, V = x["mixed_qkv"].shape[0], x["a"].shape[1], x["state"].shape[2]
-    vllm_out = torch.empty(batch, 1, HV, V, dtype=torch.bfloat16, device="cuda")
+    vllm_out = torch.empty(batch, 1, HV, V, dtype=torch.bfloat16, device=clock.device)
     gates = (x["mixed_qkv"], x["a"], x["b"], x["A_log"], x["dt_bias"])
     kwargs = {"num_k_heads": x["H"], "scale": x["scale"], "use_qk_l2norm": True}
-    dims = check_recurrent_args(*gates, ours_state, x["state_indices"], **kwargs, interpreted=False)
+    interpreted = recurrent_kernel.INTERPRETED
+    dims = check_recurrent_args(
+        *gates, ours_state, x["state_indices"], **kwargs, interpreted=interpreted
+    )
     config = recurrent_kernel.recurrent_config(dims, x["state"].dtype)
 
     def vllm():
@@ -145,12 +248,12 @@ def recurrent_arms(providers, x: dict) -> dict:
         recurrent_kernel.launch_recurrent(*gates, ours_state, x["state_indices"], dims, config)
 
     def ours_api():
-        recurrent_kernel.recurrent_step(*gates, api_state, x["state_indices"], **kwargs)
+        recurrent_step(*gates, api_state, x["state_indices"], **kwargs)
 
     return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_dims": dims, "_config": config}
 
 
-def conv_arms(providers, x: dict) -> dict:
+def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     vllm_state, ours_state, api_state = (x["conv_state"].clone() for _ in range(3))
     vllm_x = x["x"].clone()  # vLLM writes its output over x when x has the cache dtype
     dims = check_conv_args(
@@ -161,7 +264,7 @@ def conv_arms(providers, x: dict) -> dict:
         bias=None,
         activation="silu",
         dim_first=True,
-        interpreted=False,
+        interpreted=conv_kernel.INTERPRETED,
     )
     config = conv_kernel.conv_config(dims)
 
@@ -182,42 +285,135 @@ def conv_arms(providers, x: dict) -> dict:
         )
 
     def ours_api():
-        conv_kernel.conv_update(x["x"], api_state, x["weight"], x["state_indices"])
+        conv_update(x["x"], api_state, x["weight"], x["state_indices"])
 
     return {"vllm": vllm, "ours": ours, "ours_api": ours_api}
 
 
-def time_arms(arms: dict, num_bytes: int, peak_copy) -> dict:
-    """ROUNDS alternating rounds of every arm and of a same-size copy; medians and bandwidths."""
+def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
+    """The decode step: vLLM's conv update then packed decode, mode golden's decode_step, and
+    the public functions; each arm on its own conv cache and state."""
+    conv_states = [x["step_conv_state"].clone() for _ in range(3)]
+    states = [x["state"].clone() for _ in range(3)]
+    batch, HV, V = x["x"].shape[0], x["a"].shape[1], x["state"].shape[2]
+    vllm_x = x["x"].clone()  # vLLM's conv writes its output over x (bf16 x, bf16 cache)
+    vllm_out = torch.empty(batch, 1, HV, V, dtype=torch.bfloat16, device=clock.device)
+    indices = x["state_indices"]
+    gates = (x["a"], x["b"], x["A_log"], x["dt_bias"])
+
+    def vllm():
+        mixed_qkv = providers.conv_update(
+            vllm_x,
+            conv_states[0],
+            x["weight"],
+            bias=None,
+            activation="silu",
+            conv_state_indices=indices,
+            validate_data=False,
+        )
+        providers.packed_decode(
+            mixed_qkv=mixed_qkv,
+            a=x["a"],
+            b=x["b"],
+            A_log=x["A_log"],
+            dt_bias=x["dt_bias"],
+            scale=x["scale"],
+            initial_state=states[0],
+            out=vllm_out,
+            ssm_state_indices=indices,
+            use_qk_l2norm_in_kernel=True,
+        )
+
+    def ours():
+        serving.decode_step(
+            x["x"], *gates, conv_states[1], x["weight"], None, states[1], indices,
+            num_k_heads=x["H"], scale=x["scale"],
+        )  # fmt: skip
+
+    def ours_api():
+        mixed_qkv = conv_update(x["x"], conv_states[2], x["weight"], indices)
+        recurrent_step(mixed_qkv, *gates, states[2], indices, num_k_heads=x["H"], scale=x["scale"])
+
+    return {"vllm": vllm, "ours": ours, "ours_api": ours_api}
+
+
+def api_bound(batch: int, api_wall: float, launch_wall: float) -> dict:
+    """The public functions' wall time against their launch's (module docstring)."""
+    ratio, excess = api_wall / launch_wall, api_wall - launch_wall
+    if batch >= API_LARGE_BATCH:
+        bound, within = f"api_wall <= {API_RATIO_BOUND} * launch_wall", ratio <= API_RATIO_BOUND
+    else:
+        bound = f"api_wall - launch_wall <= {API_EXCESS_BOUND_US} us"
+        within = excess <= API_EXCESS_BOUND_US
+    return {
+        "api_wall_us": round(api_wall, 2),
+        "launch_wall_us": round(launch_wall, 2),
+        "ratio": round(ratio, 3),
+        "excess_us": round(excess, 2),
+        "bound": bound,
+        "within": within,
+    }
+
+
+def median(samples: list[float | None]) -> float | None:
+    return None if None in samples else statistics.median(samples)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, 3)
+
+
+def rounded(values: dict) -> dict:
+    return {k: None if v is None else round(v, 2) for k, v in values.items()}
+
+
+def time_arms(
+    arms: dict, batch: int, num_bytes: int, clock: GpuClock, settings: Settings, peak_copy
+) -> dict:
+    """ROUNDS rounds that alternate the arms (and a same-size copy): do_bench, wall time and
+    device time of each; medians, bandwidths, ratios and the API bound."""
     fns = {name: fn for name, fn in arms.items() if not name.startswith("_")}
-    fns["copy"] = copy_fn(num_bytes)
-    samples = {name: [] for name in fns}
-    for _ in range(ROUNDS):
+    fns["copy"] = clock.copy_fn(num_bytes)
+    bench = {name: [] for name in fns}
+    wall = {name: [] for name in fns}
+    device = {name: [] for name in ARMS}
+    calls: dict[str, int] = {}
+    for _ in range(settings.rounds):
         for name, fn in fns.items():
-            samples[name].append(bench_us(fn))
-    medians = {name: statistics.median(s) for name, s in samples.items()}
-    peak_gbps = PEAK_COPY_BYTES / (bench_us(peak_copy) * 1e3)
-    result = {
+            bench[name].append(clock.bench_us(fn))
+            calls.setdefault(name, wall_calls(settings, bench[name][0]))
+            wall[name].append(wall_us(clock, fn, calls[name]))
+            if name in device:
+                device[name].append(clock.device_us(fn))
+    us = {name: statistics.median(s) for name, s in bench.items()}
+    wall_med = {name: statistics.median(s) for name, s in wall.items()}
+    kernel = {name: median(s) for name, s in device.items()}
+    peak_gbps = PEAK_COPY_BYTES / (clock.bench_us(peak_copy) * 1e3)
+    return {
         "bytes": num_bytes,
-        "us": {name: round(t, 2) for name, t in medians.items()},
-        "rounds_us": {name: [round(t, 2) for t in s] for name, s in samples.items()},
-        "kernel_us": {
-            name: round(kernel_time(fns[name]).us, 2) for name in ("vllm", "ours", "ours_api")
+        "us": rounded(us),
+        "rounds_us": {name: [round(t, 2) for t in s] for name, s in bench.items()},
+        "wall_us": rounded(wall_med),
+        "wall_rounds_us": {name: [round(t, 2) for t in s] for name, s in wall.items()},
+        "wall_calls": calls,
+        "kernel_us": rounded(kernel),
+        "kernel_rounds_us": {
+            name: [None if t is None else round(t, 2) for t in s] for name, s in device.items()
         },
-        "achieved_GBps": {name: round(num_bytes / (t * 1e3), 1) for name, t in medians.items()},
+        "achieved_GBps": {name: round(num_bytes / (t * 1e3), 1) for name, t in us.items()},
         "peak_copy_GBps": round(peak_gbps, 1),
+        "fraction_of_copy": {name: round(us["copy"] / us[name], 3) for name in ARMS},
+        "fraction_of_peak_copy": {
+            name: round(num_bytes / (us[name] * 1e3) / peak_gbps, 3) for name in ARMS
+        },
+        "speed_vs_vllm": ratio(us["vllm"], us["ours"]),
+        "speed_vs_vllm_api": ratio(us["vllm"], us["ours_api"]),
+        "speed_vs_vllm_wall": ratio(wall_med["vllm"], wall_med["ours"]),
+        "speed_vs_vllm_device": ratio(kernel["vllm"], kernel["ours"]),
+        "api_bound": api_bound(batch, wall_med["ours_api"], wall_med["ours"]),
     }
-    copy = medians["copy"]
-    result["fraction_of_copy"] = {
-        name: round(copy / medians[name], 3) for name in ("vllm", "ours", "ours_api")
-    }
-    result["fraction_of_peak_copy"] = {
-        name: round(num_bytes / (medians[name] * 1e3) / peak_gbps, 3)
-        for name in ("vllm", "ours", "ours_api")
-    }
-    result["speed_vs_vllm"] = round(medians["vllm"] / medians["ours"], 3)
-    result["speed_vs_vllm_api"] = round(medians["vllm"] / medians["ours_api"], 3)
-    return result
 
 
 def sweep_configs(dims, state_dtype: torch.dtype) -> list:
@@ -242,77 +438,169 @@ def sweep_configs(dims, state_dtype: torch.dtype) -> list:
     return configs
 
 
-def sweep_recurrent(arms: dict, state_dtype: torch.dtype) -> list[dict]:
+def sweep_recurrent(arms: dict, state_dtype: torch.dtype, clock: GpuClock) -> list[dict]:
     rows = []
     for config in sweep_configs(arms["_dims"], state_dtype):
-        us = statistics.median(bench_us(lambda c=config: arms["ours"](c)) for _ in range(3))
+        us = statistics.median(clock.bench_us(lambda c=config: arms["ours"](c)) for _ in range(3))
         rows.append({"config": config.__dict__, "us": round(us, 2)})
     return sorted(rows, key=lambda r: r["us"])
+
+
+def golden_packed_decode(
+    *, mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
+    use_qk_l2norm_in_kernel,
+):  # fmt: skip
+    """--smoke's stand-in for vLLM's packed decode: the golden, written in place."""
+    HV, V, K = initial_state.shape[1:]
+    num_k_heads = (mixed_qkv.shape[1] - HV * V) // (2 * K)
+    new_out, new_state = golden.recurrent_step(
+        mixed_qkv, a, b, A_log, dt_bias, initial_state, ssm_state_indices,
+        num_k_heads=num_k_heads, scale=scale, use_qk_l2norm=use_qk_l2norm_in_kernel,
+    )  # fmt: skip
+    out.copy_(new_out)
+    initial_state.copy_(new_state)
+    return out, initial_state
+
+
+def golden_conv_update(x, conv_state, weight, *, bias, activation, conv_state_indices, **_):
+    """--smoke's stand-in for vLLM's causal_conv1d_update: the golden, written in place."""
+    out, new_state = golden.conv_update(
+        x, conv_state, weight, conv_state_indices, bias=bias, activation=activation
+    )
+    conv_state.copy_(new_state)
+    return out
+
+
+SMOKE_PROVIDERS = Providers(
+    golden_packed_decode,
+    golden_conv_update,
+    "smoke stand-in: vllm_gdn_invariant.golden.recurrent_step",
+    "smoke stand-in: vllm_gdn_invariant.golden.conv_update",
+)
+
+
+def summary(cases: list[dict]) -> dict:
+    """The cases below 1.0 on each ratio and the API bound's misses."""
+    below = {}
+    for measure in ("speed_vs_vllm", "speed_vs_vllm_wall", "speed_vs_vllm_device"):
+        below[measure] = [
+            {k: c[k] for k in ("op", "state_dtype", "batch", measure)}
+            for c in cases
+            if c[measure] is not None and c[measure] < 1.0
+        ]
+    misses = [
+        {k: c[k] for k in ("op", "state_dtype", "batch")} | c["api_bound"]
+        for c in cases
+        if not c["api_bound"]["within"]
+    ]
+    return {"below_1": below, "api_bound_misses": misses, "cases": len(cases)}
+
+
+def reexec_interpreted(argv: list[str]) -> None:
+    """--smoke runs our kernels in Triton's interpreter, which must be chosen before the kernels
+    are imported: run this script again with TRITON_INTERPRET=1."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *argv], env)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="JSON file to write")
-    parser.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)))
+    parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: all)")
+    parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + str(OPS))
     parser.add_argument("--sweep", action="store_true", help="also time other launch shapes")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_decode: CUDA is not available; nothing measured", file=sys.stderr)
-        return 2
-    try:
-        providers = load_providers()
-    except (ImportError, AttributeError) as error:
-        print(f"bench_decode: vLLM's kernels are not available: {error}", file=sys.stderr)
-        return 2
-    peak_copy = copy_fn(PEAK_COPY_BYTES)
+    ops = tuple(args.ops.split(","))
+    if set(ops) - set(OPS):
+        parser.error(f"--ops takes {OPS}")
+    if args.smoke:
+        if not recurrent_kernel.INTERPRETED:
+            reexec_interpreted(sys.argv[1:] if argv is None else argv)
+        settings, clock, dims, providers = SMOKE, SmokeClock(SMOKE), SMOKE_DIMS, SMOKE_PROVIDERS
+        default_batches = SMOKE_BATCH_SIZES
+    else:
+        if not torch.cuda.is_available():
+            print("bench_decode: CUDA is not available; nothing measured", file=sys.stderr)
+            return 2
+        try:
+            providers = load_providers()
+        except (ImportError, AttributeError) as error:
+            print(f"bench_decode: vLLM's kernels are not available: {error}", file=sys.stderr)
+            return 2
+        settings = QUICK if args.quick else FULL
+        clock, dims, default_batches = GpuClock(settings), QWEN3_NEXT_DIMS, BATCH_SIZES
+    batches = (
+        tuple(int(b) for b in args.batch_sizes.split(",")) if args.batch_sizes else default_batches
+    )
+    peak_copy = clock.copy_fn(PEAK_COPY_BYTES if clock.timed else 1 << 10)
+    started = time.perf_counter()
     cases = []
     print(
-        f"{'op':>9} {'state':>8} {'B':>5} {'vLLM us':>9} {'ours us':>9} {'api us':>9} "
-        f"{'vLLM/ours':>9} {'vLLM %copy':>10} {'ours %copy':>10}"
+        f"{'op':>11} {'state':>8} {'B':>5} {'vLLM us':>9} {'ours us':>9} {'api us':>9} "
+        f"{'vLLM/ours':>9} {'wall':>6} {'device':>6} {'api/launch':>10} {'api ok':>6}"
     )
-    for batch in (int(b) for b in args.batch_sizes.split(",")):
+    for batch in batches:
         for dtype_name, state_dtype in STATE_DTYPES.items():
-            for op in ("recurrent", "conv"):
+            x = inputs(dims, batch, state_dtype, seed=batch, device=clock.device)
+            for op in ops:
                 if op == "recurrent":
-                    x = recurrent_case(batch, state_dtype, seed=batch)
-                    arms, num_bytes = recurrent_arms(providers, x), recurrent_bytes(x)
+                    arms, num_bytes = recurrent_arms(providers, x, clock), recurrent_bytes(x)
+                elif op == "conv":
+                    arms = conv_arms(providers, x, clock)
+                    num_bytes = conv_bytes(x, x["conv_state"])
                 else:
-                    x = conv_case(batch, state_dtype, seed=batch)
-                    arms, num_bytes = conv_arms(providers, x), conv_bytes(x)
-                result = time_arms(arms, num_bytes, peak_copy)
+                    arms = decode_step_arms(providers, x, clock)
+                    num_bytes = recurrent_bytes(x) + conv_bytes(x, x["step_conv_state"])
+                result = time_arms(arms, batch, num_bytes, clock, settings, peak_copy)
                 case = {"op": op, "batch": batch, "state_dtype": dtype_name, **result}
                 if op == "recurrent":
                     case["config"] = arms["_config"].__dict__
-                    if args.sweep and batch >= SWEEP_FROM_BATCH:
-                        case["sweep"] = sweep_recurrent(arms, state_dtype)
+                    if args.sweep and batch >= SWEEP_FROM_BATCH and clock.timed:
+                        case["sweep"] = sweep_recurrent(arms, state_dtype, clock)
                 cases.append(case)
-                us, fraction = result["us"], result["fraction_of_copy"]
+                us, bound = result["us"], result["api_bound"]
                 print(
-                    f"{op:>9} {dtype_name:>8} {batch:>5} {us['vllm']:>9.1f} {us['ours']:>9.1f} "
+                    f"{op:>11} {dtype_name:>8} {batch:>5} {us['vllm']:>9.1f} {us['ours']:>9.1f} "
                     f"{us['ours_api']:>9.1f} {result['speed_vs_vllm']:>9.3f} "
-                    f"{fraction['vllm']:>10.3f} {fraction['ours']:>10.3f}",
+                    f"{result['speed_vs_vllm_wall']:>6.3f} "
+                    f"{result['speed_vs_vllm_device'] or float('nan'):>6.3f} "
+                    f"{bound['ratio']:>10.3f} {'yes' if bound['within'] else 'NO':>6}",
                     flush=True,
                 )
-                del x, arms
+                del arms
+            del x
+            if clock.timed:
                 torch.cuda.empty_cache()
     report = {
         "schema": SCHEMA,
         "provenance": provenance(
             recurrent_provider=providers.recurrent_name,
             conv_provider=providers.conv_name,
-            rounds=ROUNDS,
+            rounds=settings.rounds,
+            mode="smoke" if args.smoke else "quick" if args.quick else "full",
+            settings=settings.__dict__,
+            seconds=round(time.perf_counter() - started, 1),
         ),
         "settings": {
-            "batch_sizes": [int(b) for b in args.batch_sizes.split(",")],
-            "dims": QWEN3_NEXT_DIMS.__dict__,
+            "batch_sizes": list(batches),
+            "ops": list(ops),
+            "dims": dims.__dict__,
             "inputs": "bf16 randn mixed_qkv/a/b/x/weight; A_log = log(U(1, 16)); "
-            "state randn*0.1; conv cache randn; all rows active; QK norm on; SiLU, no bias",
-            "speed_vs_vllm": "vLLM median time / ours (launch); >= 1.0: ours at least as fast",
+            "state randn*0.1; conv cache randn (op conv: the state dtype; decode_step: bf16); "
+            "all rows active; QK norm on; SiLU, no bias",
+            "speed_vs_vllm": "vLLM median time / ours (launch; do_bench); >= 1.0: ours at least "
+            "as fast. _wall: wall time per call of back-to-back calls; _device: profiler "
+            "device time",
+            "api_bound": f"ours_api wall <= {API_RATIO_BOUND} x ours wall at B >= "
+            f"{API_LARGE_BATCH}; ours_api wall - ours wall <= {API_EXCESS_BOUND_US} us below",
         },
+        "summary": summary(cases),
         "cases": cases,
     }
     args.out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
-    print(f"bench_decode: wrote {args.out}")
+    print(f"bench_decode: wrote {args.out} ({time.perf_counter() - started:.0f} s)")
     return 0
 
 

@@ -1,8 +1,11 @@
 """The cache-state contract of recurrent_step and conv_update (contract.py)."""
 
+import math
+
 import pytest
 import torch
 
+from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.golden import conv as conv_module
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
 from vllm_gdn_invariant.golden import recurrent as recurrent_module
@@ -136,6 +139,52 @@ def test_bad_active_indices_raise_before_anything_is_computed(no_arithmetic, ind
         recurrent_with(rec, state_indices=bad)
     with pytest.raises(ValueError, match=f"state_indices.*{message}"):
         conv_with(conv, state_indices=bad)
+
+
+def contract_error(indices: list[int], num_blocks: int) -> str | None:
+    """The contract read in plain Python: the golden's message for the first broken rule."""
+    active = [i for i in indices if i > 0]
+    out_of_range = [i for i in active if i >= num_blocks]
+    if out_of_range:
+        return (
+            f"state_indices has active indices {out_of_range} out of range for "
+            f"num_blocks={num_blocks}"
+        )
+    repeated = sorted({i for i in active if active.count(i) > 1})
+    if repeated:
+        return f"state_indices repeats active indices {repeated}; each block has one writer"
+    return None
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_index_value_check_agrees_with_the_contract_read_in_python(dtype):
+    """check_state_index_values reads one verdict for all rows; over random index vectors
+    (inactive 0 and negatives repeating, active repeats, out of range, both, empty) it raises
+    exactly when and what the contract says."""
+    g = torch.Generator().manual_seed(11)
+    verdicts = {"pass": 0, "fail": 0}
+    for trial in range(400):
+        batch = int(torch.randint(0, 9, (), generator=g))
+        num_blocks = int(torch.randint(1, 12, (), generator=g))
+        indices = torch.randint(-3, num_blocks + 2, (batch,), generator=g).tolist()
+        expected = contract_error(indices, num_blocks)
+        verdicts["pass" if expected is None else "fail"] += 1
+        tensor = torch.tensor(indices, dtype=dtype)
+        if expected is None:
+            golden.check_state_index_values(tensor, num_blocks=num_blocks)
+        else:
+            with pytest.raises(ValueError) as info:
+                golden.check_state_index_values(tensor, num_blocks=num_blocks)
+            assert str(info.value) == expected, (trial, indices, num_blocks)
+    assert min(verdicts.values()) > 50  # both outcomes exercised
+
+
+def test_index_value_check_sees_a_repeat_among_inactive_rows_of_equal_key():
+    """Inactive rows (0, -1) between two equal active indices, and equal inactive indices
+    beside active ones: only the active repeat is one."""
+    golden.check_state_index_values(torch.tensor([0, 0, -1, -1, 3]), num_blocks=5)
+    with pytest.raises(ValueError, match=r"repeats active indices \[3\]"):
+        golden.check_state_index_values(torch.tensor([3, 0, -1, 0, 3]), num_blocks=5)
 
 
 @pytest.mark.parametrize(
@@ -288,3 +337,12 @@ def test_conv_state_layout_follows_dim_first():
     conv_update(*case.args(), **case.kwargs)
     with pytest.raises(ValueError, match="conv_state"):
         conv_with(case, dim_first=True)
+
+
+def test_scale_is_rounded_to_fp32_as_torch_rounds_it_and_zero_keeps_its_sign():
+    values = [0.0, -0.0, 0.1, -0.1, 128**-0.5, 1e-40, -1e-45, 3.4028235677973366e38, 1e39, -1e300]
+    for value in values + list(reversed(values)):  # a cached value must not answer for another
+        expected = torch.tensor(value, dtype=torch.float32).item()
+        got = golden.fp32_scale(value)
+        assert got == expected or (got != got and expected != expected)
+        assert math.copysign(1.0, got) == math.copysign(1.0, expected)

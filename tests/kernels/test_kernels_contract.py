@@ -2,10 +2,11 @@
 
 Every bad argument below makes the kernel raise the golden's exception type with the golden's
 message, and leaves the state's bits as they were. The kernels' validation calls the goldens'
-checks (``golden.check_recurrent_args`` / ``check_conv_args``); negative controls swap the
-checks the kernels call for ones that raise another message or type, and require every
-comparison to see it. The kernels' own limits (CPU tensors outside the interpreter, a state
-whose elements overlap) raise ValueError, after the goldens' checks and before any write.
+checks (``golden.check_recurrent_dims`` / ``check_conv_dims``, then
+``check_state_index_values``); negative controls swap the checks the kernels call for ones that
+raise another message or type, and require every comparison to see it. The kernels' own limits
+(CPU tensors outside the interpreter, a state whose elements overlap) raise ValueError, after
+the goldens' checks and before any write.
 """
 
 import functools
@@ -156,7 +157,7 @@ def retyped(check):
 def test_kernels_raising_other_errors_than_the_goldens_fail_the_comparison(
     kernels, monkeypatch, mirror
 ):
-    for name in ("check_recurrent_args", "check_conv_args"):
+    for name in ("check_recurrent_dims", "check_conv_dims", "check_state_index_values"):
         monkeypatch.setattr(golden_package, name, mirror(getattr(golden_package, name)))
     assert all(a != b for a, b in (recurrent_errors(kernels, c) for c in BAD_RECURRENT))
     assert all(a != b for a, b in (conv_errors(kernels, c) for c in BAD_CONV))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 
 import pytest
 import torch
@@ -121,3 +122,9 @@ def test_decode_step_differs_from_the_goldens_without_the_conv(serving):
         scale=scale,
     )
     assert not same_bits(out, want_out)
+
+
+def test_decode_plans_keep_a_negative_zero_scale_apart(serving):
+    plans = [serving.decode_plan(2, 64, 4, True, True, 2, 4, 8, 8, s, math.copysign(1.0, s),
+                                 torch.float32) for s in (0.0, -0.0)]  # fmt: skip
+    assert [math.copysign(1.0, plan[2].scale) for plan in plans] == [1.0, -1.0]

@@ -7,24 +7,44 @@ IEEE sequences of elementary.py, so a row gives the same bits whatever else is i
 on CPU or CUDA. The state contract (indices, inactive rows, validation) is in contract.py.
 """
 
-from .contract import ActiveRows, validate_state_indices
-from .conv import ConvArgs, check_conv_args, conv_update
+from .contract import (
+    ActiveRows,
+    active_rows,
+    check_state_index_values,
+    require_state_indices,
+    validate_state_indices,
+)
+from .conv import ConvArgs, ConvDims, check_conv_args, check_conv_dims, conv_update
 from .elementary import exp, log1p, sigmoid, silu, softplus, sqrt
-from .recurrent import RecurrentArgs, RecurrentDims, check_recurrent_args, recurrent_step
+from .recurrent import (
+    RecurrentArgs,
+    RecurrentDims,
+    check_recurrent_args,
+    check_recurrent_dims,
+    fp32_scale,
+    recurrent_step,
+)
 from .reduction import fixed_order_sum
 
 __all__ = [
     "ActiveRows",
     "ConvArgs",
+    "ConvDims",
     "RecurrentArgs",
     "RecurrentDims",
+    "active_rows",
     "check_conv_args",
+    "check_conv_dims",
     "check_recurrent_args",
+    "check_recurrent_dims",
+    "check_state_index_values",
     "conv_update",
     "exp",
     "fixed_order_sum",
+    "fp32_scale",
     "log1p",
     "recurrent_step",
+    "require_state_indices",
     "sigmoid",
     "silu",
     "softplus",

@@ -11,6 +11,10 @@ The contract:
 * Shapes, dtypes and devices of every argument are checked before anything is computed; a
   violation raises ``ValueError`` (bad value or shape) or ``TypeError`` (bad type or dtype) whose
   message names the argument.
+
+Checking the index values (``check_state_index_values``) is the one check that reads tensor
+values back from their device (one read of two flags when they pass); every other check
+(``require_state_indices``, and the ops' ``check_*_dims``) looks at metadata only.
 """
 
 from dataclasses import dataclass
@@ -93,6 +97,60 @@ def require_bool(value: object, name: str) -> bool:
     return value
 
 
+def require_state_indices(
+    state_indices: object,
+    *,
+    batch: int,
+    device: torch.device,
+    device_of: str,
+    name: str = "state_indices",
+) -> Tensor:
+    """Check the indices' type, dtype, rank, device and length; no value is read."""
+    require_tensor(
+        state_indices, name, ndim=1, dtypes=INDEX_DTYPES, device=device, device_of=device_of
+    )
+    require_shape(state_indices, name, (batch,), "[B]")
+    return state_indices
+
+
+def check_state_index_values(
+    state_indices: Tensor, *, num_blocks: int, name: str = "state_indices"
+) -> None:
+    """Check that the active indices are < ``num_blocks`` and do not repeat.
+
+    Reads one verdict (two flags) back from the indices' device; a failing check reads the
+    offending values too, to name them. The indices passed ``require_state_indices``.
+    """
+    indices = state_indices.to(torch.int64)
+    active = indices > 0
+    out_of_range = (active & (indices >= num_blocks)).any()
+    # Inactive rows get distinct negative keys, so only repeated active indices meet after sorting.
+    inactive_keys = -1 - torch.arange(indices.numel(), device=indices.device)
+    keys = torch.where(active, indices, inactive_keys).sort().values
+    repeated = (keys[1:] == keys[:-1]).any()
+    has_out_of_range, has_repeats = torch.stack((out_of_range, repeated)).tolist()
+    if has_out_of_range:
+        blocks = indices[active]
+        bad = blocks[blocks >= num_blocks].tolist()
+        raise ValueError(
+            f"{name} has active indices {bad} out of range for num_blocks={num_blocks}"
+        )
+    if has_repeats:
+        unique_blocks, counts = torch.unique(indices[active], return_counts=True)
+        repeated_blocks = unique_blocks[counts > 1].tolist()
+        raise ValueError(
+            f"{name} repeats active indices {repeated_blocks}; each block has one writer"
+        )
+
+
+def active_rows(state_indices: Tensor) -> ActiveRows:
+    """The batch positions whose index is > 0 and their blocks (checked indices)."""
+    indices = state_indices.to(torch.int64)
+    active = indices > 0
+    rows = torch.arange(indices.numel(), device=indices.device)[active]
+    return ActiveRows(rows=rows, blocks=indices[active])
+
+
 def validate_state_indices(
     state_indices: object,
     *,
@@ -103,22 +161,6 @@ def validate_state_indices(
     name: str = "state_indices",
 ) -> ActiveRows:
     """Check the indices against the contract and return the active rows and their blocks."""
-    require_tensor(
-        state_indices, name, ndim=1, dtypes=INDEX_DTYPES, device=device, device_of=device_of
-    )
-    require_shape(state_indices, name, (batch,), "[B]")
-    indices = state_indices.to(torch.int64)
-    active = indices > 0
-    blocks = indices[active]
-    out_of_range = blocks >= num_blocks
-    if bool(out_of_range.any()):
-        bad = blocks[out_of_range].tolist()
-        raise ValueError(
-            f"{name} has active indices {bad} out of range for num_blocks={num_blocks}"
-        )
-    unique_blocks, counts = torch.unique(blocks, return_counts=True)
-    if bool((counts > 1).any()):
-        repeated = unique_blocks[counts > 1].tolist()
-        raise ValueError(f"{name} repeats active indices {repeated}; each block has one writer")
-    rows = torch.arange(batch, device=indices.device)[active]
-    return ActiveRows(rows=rows, blocks=blocks)
+    require_state_indices(state_indices, batch=batch, device=device, device_of=device_of, name=name)
+    check_state_index_values(state_indices, num_blocks=num_blocks, name=name)
+    return active_rows(state_indices)

@@ -38,10 +38,12 @@ from .contract import (
     CONV_STATE_DTYPES,
     FLOAT_DTYPES,
     ActiveRows,
+    active_rows,
+    check_state_index_values,
     require_bool,
     require_shape,
+    require_state_indices,
     require_tensor,
-    validate_state_indices,
 )
 from .elementary import silu
 
@@ -67,17 +69,24 @@ def accumulate_taps(window: Tensor, weight: Tensor, bias: Tensor | None) -> Tens
 
 
 @dataclass(frozen=True)
-class ConvArgs:
-    """Sizes of checked conv_update arguments and the active rows."""
+class ConvDims:
+    """Sizes of a conv update, its cache layout and whether SiLU follows the taps."""
 
     batch: int
     dim: int
     taps: int
     dim_first: bool
+    silu: bool
+
+
+@dataclass(frozen=True)
+class ConvArgs(ConvDims):
+    """The dims of checked conv_update arguments and their active rows."""
+
     active: ActiveRows
 
 
-def check_conv_args(
+def check_conv_dims(
     x: object,
     conv_state: object,
     weight: object,
@@ -86,8 +95,9 @@ def check_conv_args(
     bias: object = None,
     activation: object = "silu",
     dim_first: object = True,
-) -> ConvArgs:
-    """conv_update's argument checks (contract.py); raises before anything is computed."""
+) -> ConvDims:
+    """conv_update's argument checks but the index values (contract.py): every type, dtype,
+    rank, device and shape, the indices' included; reads no tensor's values."""
     require_tensor(x, "x", ndim=2, dtypes=FLOAT_DTYPES)
     device = x.device
     batch, dim = x.shape
@@ -115,11 +125,27 @@ def check_conv_args(
         raise TypeError(f"activation must be None or a str, got {type(activation).__name__}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    active = validate_state_indices(
-        state_indices, batch=batch, num_blocks=num_blocks, device=device, device_of="x"
-    )
+    require_state_indices(state_indices, batch=batch, device=device, device_of="x")
+    silu = activation is not None
+    return ConvDims(batch=batch, dim=dim, taps=taps, dim_first=dim_first, silu=silu)
 
-    return ConvArgs(batch=batch, dim=dim, taps=taps, dim_first=dim_first, active=active)
+
+def check_conv_args(
+    x: object,
+    conv_state: object,
+    weight: object,
+    state_indices: object,
+    *,
+    bias: object = None,
+    activation: object = "silu",
+    dim_first: object = True,
+) -> ConvArgs:
+    """conv_update's argument checks (contract.py): ``check_conv_dims``, then the index
+    values; raises before anything is computed."""
+    options = {"bias": bias, "activation": activation, "dim_first": dim_first}
+    dims = check_conv_dims(x, conv_state, weight, state_indices, **options)
+    check_state_index_values(state_indices, num_blocks=conv_state.shape[0])
+    return ConvArgs(**dims.__dict__, active=active_rows(state_indices))
 
 
 def conv_update(

@@ -34,6 +34,8 @@ fuse the kernel's products into FMAs, the golden rounds each product). So the go
 bitwise equal to the kernel; it is the reference the golden-matched kernels reproduce.
 """
 
+import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -43,12 +45,14 @@ from .contract import (
     FLOAT_DTYPES,
     STATE_DTYPES,
     ActiveRows,
+    active_rows,
+    check_state_index_values,
     require_bool,
     require_positive_int,
     require_real,
     require_shape,
+    require_state_indices,
     require_tensor,
-    validate_state_indices,
 )
 from .elementary import exp, sigmoid, softplus, sqrt
 from .reduction import fixed_order_sum
@@ -99,6 +103,18 @@ def gated_delta_step(
     return o, h
 
 
+def fp32_scale(scale: float) -> float:
+    """``scale`` rounded once to fp32, as torch rounds a Python float (kept per value)."""
+    return fp32_of(scale, math.copysign(1.0, scale))
+
+
+@functools.lru_cache(maxsize=256)
+def fp32_of(value: float, sign: float) -> float:
+    """``value`` rounded to fp32 by torch; ``sign`` (``copysign(1, value)``) keeps -0.0 and 0.0,
+    which compare equal, apart in the cache."""
+    return torch.tensor(value, dtype=torch.float32).item()
+
+
 @dataclass(frozen=True)
 class RecurrentDims:
     """Sizes of a recurrent step, its scale rounded to fp32 and whether q and k are normalized."""
@@ -119,7 +135,7 @@ class RecurrentArgs(RecurrentDims):
     active: ActiveRows
 
 
-def check_recurrent_args(
+def check_recurrent_dims(
     mixed_qkv: object,
     a: object,
     b: object,
@@ -131,8 +147,9 @@ def check_recurrent_args(
     num_k_heads: object,
     scale: object,
     use_qk_l2norm: object,
-) -> RecurrentArgs:
-    """recurrent_step's argument checks (contract.py); raises before anything is computed."""
+) -> RecurrentDims:
+    """recurrent_step's argument checks but the index values (contract.py): every type, dtype,
+    rank, device and shape, the indices' included; reads no tensor's values."""
     require_tensor(mixed_qkv, "mixed_qkv", ndim=2, dtypes=FLOAT_DTYPES)
     device = mixed_qkv.device
     batch, width = mixed_qkv.shape
@@ -152,7 +169,7 @@ def check_recurrent_args(
     require_tensor(
         state, "state", ndim=4, dtypes=STATE_DTYPES, device=device, device_of="mixed_qkv"
     )
-    num_blocks, state_heads, head_v, head_k = state.shape
+    state_heads, head_v, head_k = state.shape[1:]
     if state_heads != num_v_heads:
         raise ValueError(
             f"state must have shape [num_blocks, HV, V, K] with HV={num_v_heads} (from a), "
@@ -174,20 +191,48 @@ def check_recurrent_args(
         )
     scale = require_real(scale, "scale")
     use_qk_l2norm = require_bool(use_qk_l2norm, "use_qk_l2norm")
-    active = validate_state_indices(
-        state_indices, batch=batch, num_blocks=num_blocks, device=device, device_of="mixed_qkv"
-    )
+    require_state_indices(state_indices, batch=batch, device=device, device_of="mixed_qkv")
 
-    return RecurrentArgs(
+    return RecurrentDims(
         batch=batch,
         num_k_heads=num_k_heads,
         num_v_heads=num_v_heads,
         head_k=head_k,
         head_v=head_v,
-        scale=torch.tensor(scale, dtype=torch.float32).item(),  # round once to fp32
+        scale=fp32_scale(scale),
         use_qk_l2norm=use_qk_l2norm,
-        active=active,
     )
+
+
+def check_recurrent_args(
+    mixed_qkv: object,
+    a: object,
+    b: object,
+    A_log: object,
+    dt_bias: object,
+    state: object,
+    state_indices: object,
+    *,
+    num_k_heads: object,
+    scale: object,
+    use_qk_l2norm: object,
+) -> RecurrentArgs:
+    """recurrent_step's argument checks (contract.py): ``check_recurrent_dims``, then the
+    index values; raises before anything is computed."""
+    dims = check_recurrent_dims(
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        state,
+        state_indices,
+        num_k_heads=num_k_heads,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+    )
+    check_state_index_values(state_indices, num_blocks=state.shape[0])
+    return RecurrentArgs(**dims.__dict__, active=active_rows(state_indices))
 
 
 def recurrent_step(

@@ -17,7 +17,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .elementary import round_to, silu, to_fp32
-from .launch import launch
+from .launch import Launcher, cdiv, next_power_of_2
 from .validation import ConvDims, check_conv_args
 
 
@@ -89,6 +89,7 @@ def conv_update_kernel(
 
 
 INTERPRETED = not isinstance(conv_update_kernel, triton.runtime.JITFunction)
+LAUNCH_CONV = Launcher(conv_update_kernel, tensors=6)
 TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
@@ -104,7 +105,7 @@ def conv_config(dims: ConvDims, interpreted: bool = INTERPRETED) -> ConvConfig:
     """256 channels over 4 warps per program (vLLM's BLOCK_N); the whole row (up to 4096
     channels) under the interpreter, which only makes its Python loop shorter."""
     if interpreted:
-        return ConvConfig(block_d=min(triton.next_power_of_2(dims.dim), 4096), num_warps=4)
+        return ConvConfig(block_d=min(next_power_of_2(dims.dim), 4096), num_warps=4)
     return ConvConfig(block_d=256, num_warps=4)
 
 
@@ -121,7 +122,7 @@ def kernel_arguments(
     """(grid, positional arguments, constexpr arguments) of conv_update_kernel."""
     layout = conv_state if dims.dim_first else conv_state.transpose(1, 2)  # [blocks, dim, W-1]
     operand_dtype = torch.promote_types(conv_state.dtype, weight.dtype)
-    grid = (dims.batch, triton.cdiv(dims.dim, config.block_d))
+    grid = (dims.batch, cdiv(dims.dim, config.block_d))
     arguments = (
         x,
         conv_state,
@@ -168,9 +169,7 @@ def launch_conv(
     grid, arguments, constexprs = kernel_arguments(
         x, conv_state, weight, state_indices, bias, out, dims, config
     )
-    compiled = launch(
-        conv_update_kernel, grid, arguments, constexprs, num_warps=config.num_warps, device=x.device
-    )
+    compiled = LAUNCH_CONV(grid, arguments, constexprs, num_warps=config.num_warps, device=x.device)
     return out, compiled
 
 

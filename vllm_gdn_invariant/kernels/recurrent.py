@@ -37,7 +37,7 @@ from .elementary import (
     sqrt,
     to_fp32,
 )
-from .launch import launch
+from .launch import Launcher, cdiv, next_power_of_2
 from .validation import RecurrentDims, check_recurrent_args
 
 
@@ -191,6 +191,7 @@ def recurrent_step_kernel(
     tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
 
 
+LAUNCH_RECURRENT = Launcher(recurrent_step_kernel, tensors=8)
 TILE_VECTOR_BYTES = 16  # each thread loads 16 contiguous bytes of a row per slab
 ROW_ELEMENTS_PER_THREAD = 32  # of one value row's K, per thread
 WARPS = 4
@@ -229,11 +230,11 @@ def recurrent_config(
     bf16 state (1 below 512 (row, value head) pairs, for more programs). Under the interpreter
     a program takes all V rows, which only shortens its Python loop.
     """
-    block_k = triton.next_power_of_2(dims.head_k)
+    block_k = next_power_of_2(dims.head_k)
     lanes = min(32, max(1, block_k // ROW_ELEMENTS_PER_THREAD))
     vec = min(TILE_VECTOR_BYTES // state_dtype.itemsize, block_k // lanes)
     rows_per_warp = 32 // lanes
-    block_v = triton.next_power_of_2(dims.head_v)
+    block_v = next_power_of_2(dims.head_v)
     if not interpreted:
         rows_per_thread = ROWS_PER_THREAD[state_dtype]
         if dims.batch * dims.num_v_heads < SMALL_BATCH_PAIRS:
@@ -261,7 +262,7 @@ def kernel_arguments(
     config: RecurrentConfig,
 ) -> tuple[tuple[int], tuple, dict]:
     """(grid, positional arguments, constexpr arguments) of recurrent_step_kernel."""
-    num_v_tiles = triton.cdiv(dims.head_v, config.block_v)
+    num_v_tiles = cdiv(dims.head_v, config.block_v)
     grid = (num_v_tiles * dims.batch * dims.num_v_heads,)
     arguments = (
         mixed_qkv,
@@ -325,8 +326,7 @@ def launch_recurrent(
     grid, arguments, constexprs = kernel_arguments(
         mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices, dims, config
     )
-    compiled = launch(
-        recurrent_step_kernel,
+    compiled = LAUNCH_RECURRENT(
         grid,
         arguments,
         constexprs,

@@ -11,14 +11,19 @@ launch shapes of the public functions, so its bits are theirs.
 
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 from torch import Tensor
 
-from vllm_gdn_invariant.golden import RecurrentDims
+from vllm_gdn_invariant.golden import RecurrentDims, fp32_scale
 
-from .conv import conv_config, launch_conv
-from .recurrent import launch_recurrent, recurrent_config
+from .conv import ConvConfig, conv_config, launch_conv
+from .recurrent import RecurrentConfig, launch_recurrent, recurrent_config
 from .validation import ConvDims
+
+PLANS = 1024  # decode-step shapes whose dims and launch shapes are kept
 
 
 def decode_step(
@@ -45,36 +50,52 @@ def decode_step(
     [blocks, W-1, dim]), ``state`` [blocks, HV, V, K]. Bitwise ``golden.conv_update`` followed
     by ``golden.recurrent_step`` on the conv output.
     """
-    batch, dim = x.shape
-    conv_dims = ConvDims(
-        batch=batch,
-        dim=dim,
-        taps=conv_weight.shape[1],
-        dim_first=dim_first,
-        silu=activation is not None,
+    num_v_heads, head_v, head_k = state.shape[1:]
+    conv_dims, conv_shape, dims, shape = decode_plan(
+        *x.shape,
+        conv_weight.shape[1],
+        dim_first,
+        activation is not None,
+        num_k_heads,
+        num_v_heads,
+        head_v,
+        head_k,
+        scale,
+        math.copysign(1.0, scale),  # -0.0 and 0.0 are one key otherwise
+        state.dtype,
     )
     conv_out, _ = launch_conv(
-        x, conv_state, conv_weight, state_indices, conv_bias, conv_dims, conv_config(conv_dims)
+        x, conv_state, conv_weight, state_indices, conv_bias, conv_dims, conv_shape
     )
-    num_v_heads, head_v, head_k = state.shape[1:]
+    out, _ = launch_recurrent(conv_out, a, b, A_log, dt_bias, state, state_indices, dims, shape)
+    return out
+
+
+@functools.lru_cache(maxsize=PLANS)
+def decode_plan(
+    batch: int,
+    dim: int,
+    taps: int,
+    dim_first: bool,
+    silu: bool,
+    num_k_heads: int,
+    num_v_heads: int,
+    head_v: int,
+    head_k: int,
+    scale: float,
+    scale_sign: float,
+    state_dtype: torch.dtype,
+) -> tuple[ConvDims, ConvConfig, RecurrentDims, RecurrentConfig]:
+    """The two kernels' dims and launch shapes (those of the public functions) for a decode
+    step's sizes, computed once per distinct sizes."""
+    conv_dims = ConvDims(batch=batch, dim=dim, taps=taps, dim_first=dim_first, silu=silu)
     dims = RecurrentDims(
         batch=batch,
         num_k_heads=num_k_heads,
         num_v_heads=num_v_heads,
         head_k=head_k,
         head_v=head_v,
-        scale=torch.tensor(scale, dtype=torch.float32).item(),  # as the goldens round it
+        scale=fp32_scale(scale),  # as the goldens round it
         use_qk_l2norm=True,
     )
-    out, _ = launch_recurrent(
-        conv_out,
-        a,
-        b,
-        A_log,
-        dt_bias,
-        state,
-        state_indices,
-        dims,
-        recurrent_config(dims, state.dtype),
-    )
-    return out
+    return conv_dims, conv_config(conv_dims), dims, recurrent_config(dims, state_dtype)

@@ -2,10 +2,13 @@
 
 ``check_recurrent_args`` and ``check_conv_args`` take the arguments of
 ``golden.check_recurrent_args`` / ``golden.check_conv_args`` (the checks of
-``golden.recurrent_step`` and ``golden.conv_update``) and call them first, so a bad argument
-raises the golden's exception with the golden's message (tests/kernels/test_kernels_contract.py
-pins that the wrappers and the goldens raise alike). The kernels add three limits of their own,
-each a ``ValueError`` naming the argument:
+``golden.recurrent_step`` and ``golden.conv_update``) and make the same checks with the same
+exceptions and messages (tests/kernels/test_kernels_contract.py pins that the wrappers and the
+goldens raise alike): ``golden.check_recurrent_dims`` / ``golden.check_conv_dims`` (every type,
+dtype, rank, device and shape; no value read), then ``golden.check_state_index_values`` (active
+indices in range and not repeated), whose verdict ``CHECKED_INDICES`` keeps per index tensor,
+so that a call with an index tensor already checked, unchanged, reads nothing back from the
+device. The kernels add three limits of their own, each a ``ValueError`` naming the argument:
 
 * tensors on CPU run only under Triton's interpreter (``TRITON_INTERPRET=1`` set before this
   package is imported); otherwise the data must be on a CUDA device;
@@ -17,17 +20,18 @@ each a ``ValueError`` naming the argument:
 Nothing is written before all checks pass.
 """
 
-import inspect
-from dataclasses import dataclass
+import weakref
 
 import torch
 from torch import Tensor
 
 from vllm_gdn_invariant import golden
-from vllm_gdn_invariant.golden import RecurrentArgs, RecurrentDims
+from vllm_gdn_invariant.golden import ConvDims, RecurrentDims
 
 __all__ = [
+    "CHECKED_INDICES",
     "MAX_HEAD_K",
+    "CheckedIndices",
     "ConvDims",
     "RecurrentDims",
     "check_conv_args",
@@ -37,17 +41,6 @@ __all__ = [
 ]
 
 MAX_HEAD_K = 1 << 20  # Triton's largest tensor (TRITON_MAX_TENSOR_NUMEL)
-
-
-@dataclass(frozen=True)
-class ConvDims:
-    """Sizes of a checked conv update, and whether SiLU follows the taps."""
-
-    batch: int
-    dim: int
-    taps: int
-    dim_first: bool
-    silu: bool
 
 
 def require_runnable_device(device: torch.device, interpreted: bool, name: str) -> None:
@@ -64,6 +57,8 @@ def require_runnable_device(device: torch.device, interpreted: bool, name: str) 
 
 def require_no_overlap(value: Tensor, name: str) -> None:
     """Refuse a tensor whose elements share memory (it is updated in place)."""
+    if value.is_contiguous():
+        return
     extent = 1
     dims = zip(value.stride(), value.shape, strict=True)
     for stride, size in sorted((s, n) for s, n in dims if n > 1):
@@ -76,43 +71,135 @@ def require_no_overlap(value: Tensor, name: str) -> None:
         extent = stride * size
 
 
-RECURRENT_PARAMETERS = inspect.signature(golden.check_recurrent_args)
-CONV_PARAMETERS = inspect.signature(golden.check_conv_args)
+INDEX_VERDICTS = 256  # index tensors whose verdict is kept
 
 
-def bound_arguments(parameters: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, object]:
-    """The arguments of a call with ``parameters`` by parameter name, defaults included."""
-    bound = parameters.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound.arguments
+class CheckedIndices:
+    """The index tensors whose values passed ``golden.check_state_index_values``.
+
+    A verdict holds for one tensor object (held by a weak reference, so that a new tensor at a
+    freed tensor's address is another tensor) while its data pointer, version counter (which
+    every in-place change PyTorch makes to it or to a view of it bumps), shape, strides, dtype,
+    device and the ``num_blocks`` it was checked against stay the same; anything else checks
+    again. Writes that PyTorch does not count are not seen: a custom kernel or a CUDA graph
+    replay writing the memory, a numpy or DLPack alias, another tensor ``set_`` onto the same
+    storage; after such a write, call ``clear()``. Inference tensors count no versions, so they
+    are checked at every call. Only passing verdicts are kept (a failing check raises), the
+    most recent ``capacity`` of them.
+    """
+
+    def __init__(self, capacity: int = INDEX_VERDICTS) -> None:
+        self.capacity = capacity
+        self.verdicts: dict[int, tuple[weakref.ref, tuple]] = {}
+
+    def check(self, state_indices: Tensor, *, num_blocks: int) -> None:
+        """``golden.check_state_index_values(state_indices, num_blocks=num_blocks)`` unless a
+        kept verdict covers it; reads nothing back from the device when one does."""
+        if state_indices.is_inference():
+            golden.check_state_index_values(state_indices, num_blocks=num_blocks)
+            return
+        key = self.fingerprint(state_indices, num_blocks)
+        if self.covers(self.verdicts.get(id(state_indices)), state_indices, key):
+            return
+        golden.check_state_index_values(state_indices, num_blocks=num_blocks)
+        self.keep(state_indices, key)
+
+    @staticmethod
+    def covers(kept: tuple[weakref.ref, tuple] | None, state_indices: Tensor, key: tuple) -> bool:
+        """Whether a kept verdict is for this very tensor object and fingerprint."""
+        return kept is not None and kept[0]() is state_indices and kept[1] == key
+
+    @staticmethod
+    def fingerprint(state_indices: Tensor, num_blocks: int) -> tuple:
+        """What a verdict is valid for, besides the tensor object."""
+        return (
+            state_indices.data_ptr(),
+            state_indices._version,
+            state_indices.shape,
+            state_indices.stride(),
+            state_indices.dtype,
+            state_indices.device,
+            num_blocks,
+        )
+
+    def keep(self, state_indices: Tensor, key: tuple) -> None:
+        """Keep a passing verdict, dropping the oldest one beyond ``capacity``."""
+        slot = id(state_indices)
+        verdicts = self.verdicts
+
+        def forget(ref: weakref.ref) -> None:
+            kept = verdicts.get(slot)
+            if kept is not None and kept[0] is ref:
+                verdicts.pop(slot, None)
+
+        verdicts.pop(slot, None)
+        verdicts[slot] = (weakref.ref(state_indices, forget), key)
+        while len(verdicts) > self.capacity:
+            verdicts.pop(next(iter(verdicts)), None)
+
+    def clear(self) -> None:
+        """Forget every verdict: the next call with any index tensor checks it again."""
+        self.verdicts.clear()
 
 
-def check_recurrent_args(*args: object, interpreted: bool, **kwargs: object) -> RecurrentArgs:
-    """``golden.check_recurrent_args(*args, **kwargs)``, then the recurrent kernel's limits
-    (module docstring); returns the golden's checked arguments."""
-    checked = golden.check_recurrent_args(*args, **kwargs)
-    named = bound_arguments(RECURRENT_PARAMETERS, args, kwargs)
-    require_runnable_device(named["mixed_qkv"].device, interpreted, "mixed_qkv")
-    require_no_overlap(named["state"], "state")
-    if checked.head_k > MAX_HEAD_K:
+CHECKED_INDICES = CheckedIndices()
+
+
+def check_recurrent_args(
+    mixed_qkv: object,
+    a: object,
+    b: object,
+    A_log: object,
+    dt_bias: object,
+    state: object,
+    state_indices: object,
+    *,
+    num_k_heads: object,
+    scale: object,
+    use_qk_l2norm: object,
+    interpreted: bool,
+) -> RecurrentDims:
+    """``golden.check_recurrent_args``'s checks (the index values' verdict kept per index
+    tensor), then the recurrent kernel's limits (module docstring); returns the dims."""
+    dims = golden.check_recurrent_dims(
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        state,
+        state_indices,
+        num_k_heads=num_k_heads,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+    )
+    CHECKED_INDICES.check(state_indices, num_blocks=state.shape[0])
+    require_runnable_device(mixed_qkv.device, interpreted, "mixed_qkv")
+    require_no_overlap(state, "state")
+    if dims.head_k > MAX_HEAD_K:
         raise ValueError(
-            f"state has K={checked.head_k}; the recurrent kernel supports K <= {MAX_HEAD_K} "
+            f"state has K={dims.head_k}; the recurrent kernel supports K <= {MAX_HEAD_K} "
             "(a K vector is one Triton tensor)"
         )
-    return checked
+    return dims
 
 
-def check_conv_args(*args: object, interpreted: bool, **kwargs: object) -> ConvDims:
-    """``golden.check_conv_args(*args, **kwargs)``, then the conv kernel's limits (module
-    docstring)."""
-    checked = golden.check_conv_args(*args, **kwargs)
-    named = bound_arguments(CONV_PARAMETERS, args, kwargs)
-    require_runnable_device(named["x"].device, interpreted, "x")
-    require_no_overlap(named["conv_state"], "conv_state")
-    return ConvDims(
-        batch=checked.batch,
-        dim=checked.dim,
-        taps=checked.taps,
-        dim_first=checked.dim_first,
-        silu=named["activation"] is not None,
-    )
+def check_conv_args(
+    x: object,
+    conv_state: object,
+    weight: object,
+    state_indices: object,
+    *,
+    bias: object = None,
+    activation: object = "silu",
+    dim_first: object = True,
+    interpreted: bool,
+) -> ConvDims:
+    """``golden.check_conv_args``'s checks (the index values' verdict kept per index tensor),
+    then the conv kernel's limits (module docstring); returns the dims."""
+    options = {"bias": bias, "activation": activation, "dim_first": dim_first}
+    dims = golden.check_conv_dims(x, conv_state, weight, state_indices, **options)
+    CHECKED_INDICES.check(state_indices, num_blocks=conv_state.shape[0])
+    require_runnable_device(x.device, interpreted, "x")
+    require_no_overlap(conv_state, "conv_state")
+    return dims

@@ -1,0 +1,122 @@
+"""CPU checks of scripts/bench_decode.py: its --smoke run writes every case with every field,
+the API bound is read as documented, and without CUDA a real run measures nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = REPO_ROOT / "scripts" / "bench_decode.py"
+FIELDS = (
+    "bytes", "us", "rounds_us", "wall_us", "wall_rounds_us", "wall_calls", "kernel_us",
+    "kernel_rounds_us", "achieved_GBps", "peak_copy_GBps", "fraction_of_copy",
+    "fraction_of_peak_copy", "speed_vs_vllm", "speed_vs_vllm_api", "speed_vs_vllm_wall",
+    "speed_vs_vllm_device", "api_bound",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """scripts/bench_decode.py as a module (scripts/ on sys.path for its ``checkout`` import)."""
+    name = "bench_decode_under_test"
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(name, SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses resolve the module's annotations through it
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    yield module
+    del sys.modules[name]
+
+
+def run(*arguments: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *arguments],
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, bench):
+    target = tmp_path / "smoke.json"
+    result = run("--smoke", "--out", str(target))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(target.read_text())
+    assert report["schema"] == bench.SCHEMA
+    assert report["provenance"]["mode"] == "smoke"
+    assert report["provenance"]["recurrent_provider"].startswith("smoke stand-in")
+    cases = report["cases"]
+    expected = {
+        (op, dtype, batch)
+        for op in bench.OPS
+        for dtype in bench.STATE_DTYPES
+        for batch in bench.SMOKE_BATCH_SIZES
+    }
+    assert {(c["op"], c["state_dtype"], c["batch"]) for c in cases} == expected
+    assert len(cases) == len(expected) == report["summary"]["cases"]
+    for case in cases:
+        assert set(FIELDS) <= set(case), case["op"]
+        assert set(case["us"]) == set(case["wall_us"]) == {*bench.ARMS, "copy"}
+        assert set(case["kernel_us"]) == set(bench.ARMS)
+        assert all(t > 0 for t in case["wall_us"].values())
+        assert case["kernel_us"]["ours"] is None  # no device time on CPU
+    assert "config" in next(c for c in cases if c["op"] == "recurrent")
+
+
+@pytest.mark.parametrize(
+    "batch, api, launch, within",
+    [
+        (64, 125.0, 100.0, True),
+        (64, 126.0, 100.0, False),
+        (1024, 1100.0, 1000.0, True),
+        (63, 149.0, 100.0, True),
+        (1, 61.0, 10.0, False),
+        (1, 59.0, 10.0, True),
+    ],
+)
+def test_api_bound_is_a_ratio_from_64_rows_and_an_excess_below(bench, batch, api, launch, within):
+    bound = bench.api_bound(batch, api, launch)
+    assert bound["within"] is within
+    assert bound["ratio"] == round(api / launch, 3)
+    assert bound["excess_us"] == round(api - launch, 2)
+
+
+def test_wall_calls_last_the_target_within_the_limits(bench):
+    quick = bench.QUICK
+    assert bench.wall_calls(quick, 1000.0) == 10  # 5 ms of 1 ms calls, at least 10
+    assert bench.wall_calls(quick, 10.0) == 500
+    assert bench.wall_calls(quick, 0.1) == quick.wall_max_calls
+
+
+def test_summary_lists_cases_below_one_and_api_misses(bench):
+    def case(op, speed, within):
+        return {
+            "op": op, "state_dtype": "float32", "batch": 8, "speed_vs_vllm": speed,
+            "speed_vs_vllm_wall": 1.2, "speed_vs_vllm_device": None,
+            "api_bound": bench.api_bound(8, 100.0 if within else 200.0, 90.0),
+        }  # fmt: skip
+
+    summary = bench.summary([case("conv", 0.9, True), case("recurrent", 1.1, False)])
+    assert [c["op"] for c in summary["below_1"]["speed_vs_vllm"]] == ["conv"]
+    assert summary["below_1"]["speed_vs_vllm_wall"] == []
+    assert [m["op"] for m in summary["api_bound_misses"]] == ["recurrent"]
+
+
+def test_without_cuda_a_real_run_exits_with_status_2_and_writes_nothing(tmp_path):
+    target = tmp_path / "bench.json"
+    result = run("--quick", "--out", str(target), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2, result.stderr
+    assert "CUDA is not available" in result.stderr
+    assert not target.exists()
