@@ -2,9 +2,10 @@
 
 A response is a packed batch of sequences. Per token it is one decode step of each golden, so
 the goldens' own checks apply and are called, with their error types and messages
-(``golden.check_conv_args`` with ``x``, ``conv_state``, ``conv_weight`` as ``weight`` and
-``conv_bias`` as ``bias``; ``golden.check_recurrent_args`` with ``x`` as ``mixed_qkv``, since the
-recurrent step reads the conv's output, which has x's shape and dtype). They run on CPU stand-ins
+(``golden.check_conv_dims`` with ``x``, ``conv_state``, ``conv_weight`` as ``weight`` and
+``conv_bias`` as ``bias``; ``golden.check_recurrent_dims`` with ``x`` as ``mixed_qkv``, since the
+recurrent step reads the conv's output, which has x's shape and dtype; the replay has no state
+indices, so the goldens' index-value checks do not apply). They run on CPU stand-ins
 of the arguments (``stand_in``: the same dtype and shape, no memory), so they read no device
 memory; the devices are checked after them, the golden way (``golden.contract.require_tensor``).
 
@@ -117,7 +118,7 @@ def check_replay_args(
     use_qk_l2norm: object,
 ) -> ReplayArgs:
     """Every check of ``replay_response`` (module docstring); raises before anything runs."""
-    conv = golden.check_conv_args(
+    conv = golden.check_conv_dims(
         stand_in(x),
         stand_in(conv_state),
         stand_in(conv_weight),
@@ -126,7 +127,7 @@ def check_replay_args(
         activation=activation,
         dim_first=True,
     )
-    dims = golden.check_recurrent_args(
+    dims = golden.check_recurrent_dims(
         stand_in(x),
         stand_in(a),
         stand_in(b),
@@ -161,15 +162,7 @@ def check_replay_args(
         device=x.device,
     )
     return ReplayArgs(
-        dims=RecurrentDims(
-            batch=dims.batch,
-            num_k_heads=dims.num_k_heads,
-            num_v_heads=dims.num_v_heads,
-            head_k=dims.head_k,
-            head_v=dims.head_v,
-            scale=dims.scale,
-            use_qk_l2norm=dims.use_qk_l2norm,
-        ),
+        dims=dims,
         taps=conv.taps,
         activation=activation,
         plan=plan,
