@@ -11,6 +11,9 @@
 #   graphs  the same engines under vLLM's defaults (torch.compile, CUDA graphs, prefix caching)
 #   v2      the tiny Qwen3-Next and the dims model, eager and graphs, on Model Runner V2
 #           (VLLM_USE_V2_MODEL_RUNNER=1; vLLM 0.26 picks V1 for hybrid models by itself)
+#   cached  the graphs stage (its engines also run forced-cached and multi-turn: prefix caching
+#           is on there) beside the GPU tests of the replay API, the history replay and the
+#           golden kernels' direct launch
 # Usage: h200_preemption_evidence.sh OUT STAGE [LIMIT]; PREEMPTION_MODELS overrides the models.
 # Merge afterwards into docs/evidence/preemption.json (scripts/preemption_determinism.py --merge).
 set -u
@@ -34,6 +37,14 @@ case $stage in
   graphs)
     timeout "$limit" "${run[@]}" --graphs graphs --out "$out/preemption_graphs.json" \
       > "$out/preemption_graphs.log" 2>&1
+    ;;
+  cached)
+    timeout "$limit" python -m pytest -q -p no:cacheprovider -rs \
+      tests/gpu/test_replay_gpu.py tests/gpu/test_history_replay_gpu.py \
+      tests/gpu/test_kernels_launch.py > "$out/pytest_gpu.log" 2>&1 &
+    timeout "$limit" "${run[@]}" --graphs graphs --out "$out/preemption_graphs.json" \
+      > "$out/preemption_graphs.log" 2>&1
+    wait
     ;;
   v2)
     timeout "$limit" python scripts/preemption_determinism.py --models qwen3_next,qwen3_next_dims \
