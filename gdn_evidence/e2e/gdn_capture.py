@@ -71,7 +71,7 @@ class EngineCapture:
         self.store = store
         self.runner = model_runner(llm)
         self.layer_class = qwen.QwenGatedDeltaNetAttention
-        context = llm.llm_engine.vllm_config.compilation_config.static_forward_context
+        context = self.runner.vllm_config.compilation_config.static_forward_context
         self.layers = {
             name: layer
             for name, layer in context.items()

@@ -125,6 +125,27 @@ def step_facts(store: CaptureStore) -> dict[str, Any]:
     }
 
 
+def engines_table(engines: dict[str, dict[str, Any]]) -> str:
+    """The Markdown table of a file's engines: steps, how many mixed decode rows with prompt
+    rows, the most requests in one step, the recurrent state's dtype."""
+    lines = [
+        "| model | steps | steps mixing decode and prompt rows | most requests in a step "
+        "| recurrent state |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for model, facts in sorted(engines.items()):
+        lines.append(
+            f"| {model} | {facts['steps']} | {facts['steps_mixing_decode_and_prompt_rows']} "
+            f"| {facts['max_requests_per_step']} | {facts.get('recurrent_state', '-')} |"
+        )
+    return "\n".join(lines)
+
+
+def evidence_tables(record: dict[str, Any]) -> str:
+    """What docs/replay.md shows of an evidence file: the cases' table, then the engines'."""
+    return results_table(record["cases"]) + "\n\n" + engines_table(record["provenance"]["engines"])
+
+
 def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     """One engine: generate with the capture on, then replay and compare every layer."""
     import torch
@@ -158,7 +179,8 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     first = capture.layers[layers[0]]
     facts = {
         "model": spec["model"],
-        "mode": MODE,
+        "mode": os.environ.get("VLLM_GDN_INVARIANT_MODE"),
+        "batch_invariant": os.environ.get("VLLM_BATCH_INVARIANT"),
         "plugin": plugin_summary(),
         "gdn_layers": layers,
         "generated_tokens": [len(o.outputs[0].token_ids) for o in outputs],
@@ -352,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parallel", type=int, default=3, help="engines running at once")
     parser.add_argument("--timeout", type=float, default=260.0, help="seconds for all engines")
     parser.add_argument("--workdir", type=Path, default=None)
-    add_engine_arguments(parser, gpu_memory_utilization=0.1, kv_cache_gib=1.0)
+    add_engine_arguments(parser, gpu_memory_utilization=0.12, kv_cache_gib=2.0)
     parser.add_argument("--smoke", action="store_true", help="the synthetic engine, CPU (CI)")
     parser.add_argument(
         "--table", type=Path, default=None, help="print the results table of this JSON file"
@@ -375,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         args.result.write_text(json.dumps(outcome))
         return 0
     if args.table is not None:
-        print(results_table(json.loads(args.table.read_text())["cases"]))
+        print(evidence_tables(json.loads(args.table.read_text())))
         return 0
     if args.out is None:
         parser.error("--out is required")

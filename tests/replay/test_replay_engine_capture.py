@@ -66,7 +66,11 @@ class StandInRunner:
     step (the engine's forward), keeping what it served and the caches after it."""
 
     def __init__(self, vllm_config, layer, generator):
-        self.vllm_config, self.layer, self.generator = vllm_config, layer, generator
+        self.config, self.layer, self.generator = vllm_config, layer, generator
+        context = {PREFIX: layer, "model.layers.3.self_attn": object()}
+        self.vllm_config = types.SimpleNamespace(
+            compilation_config=types.SimpleNamespace(static_forward_context=context)
+        )
         self.input_batch = types.SimpleNamespace(
             req_ids=[], num_reqs=0, num_computed_tokens_cpu=np.zeros(8, dtype=np.int32)
         )
@@ -81,22 +85,20 @@ class StandInRunner:
         batch.num_reqs = len(rows)
         batch.num_computed_tokens_cpu[: len(rows)] = [self.done[r] for r, _ in rows]
         requests = [Request(n, self.done[r], self.done[r] < PROMPTS[r]) for r, n in rows]
-        metadata = build_metadata(self.vllm_config, requests, CPU, [BLOCKS[r] for r, _ in rows])
+        metadata = build_metadata(self.config, requests, CPU, [BLOCKS[r] for r, _ in rows])
         inputs = step_inputs(DIMS, sum(n for _, n in rows), CPU, self.generator)
-        out = run_core(self.layer, self.vllm_config, metadata, *inputs)
+        out = run_core(self.layer, self.config, metadata, *inputs)
         caches = tuple(c.clone() for c in self.layer.kv_cache)
         self.served.append((rows, inputs, out, caches))
         for r, n in rows:
             self.done[r] += n
 
 
-def engine_of(runner, layer):
+def engine_of(runner):
     """An LLM-shaped object whose in-process engine core holds ``runner``."""
     ns = types.SimpleNamespace
-    worker = ns(model_runner=runner)
-    core = ns(model_executor=ns(driver_worker=ns(worker=worker)))
-    config = ns(compilation_config=ns(static_forward_context={PREFIX: layer, "other": object()}))
-    return ns(llm_engine=ns(engine_core=ns(engine_core=core), vllm_config=config))
+    core = ns(model_executor=ns(driver_worker=ns(worker=ns(model_runner=runner))))
+    return ns(llm_engine=ns(engine_core=ns(engine_core=core)))
 
 
 @pytest.fixture
@@ -107,7 +109,7 @@ def engine():
     layer = make_layer(vllm_config, DIMS, state, gqa_interleaved_layout=True)
     object.__setattr__(layer, "chunk_gated_delta_rule", standins.chunk_gated_delta_rule)
     runner = StandInRunner(vllm_config, layer, generator)
-    return engine_of(runner, layer), runner, layer
+    return engine_of(runner), runner, layer
 
 
 def scheduled(rows):
