@@ -95,6 +95,11 @@ def check_store(
 ) -> list[dict[str, Any]]:
     """Every layer's cases, requests in the order of ``prompts`` (told apart by their lengths,
     which must differ); each layer must hold every request with all its fed tokens."""
+    if not store.steps:
+        raise RuntimeError(
+            "no step of a GDN layer was captured: _forward_core never ran (vLLM's CPU build "
+            "runs forward_cpu; a CUDA graph replays steps without Python)"
+        )
     cases = []
     for layer in layers:
         captured = {r.prompt_tokens: r for r in store.requests(layer).values()}

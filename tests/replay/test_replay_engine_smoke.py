@@ -1,18 +1,17 @@
-"""The engine evidence's records and comparison on the CPU: scripts/replay_engine_check.py's smoke
-mode end to end, and the comparison failing where it must (a changed served bit, rows given to
-the wrong request, a control that does not differ, a skipped position)."""
+"""The engine evidence's records and comparison on the CPU: the smoke mode of
+scripts/replay_engine_check.py (``gdn_evidence.e2e.replay_engine.main``) end to end, and the
+comparison failing where it must (a changed served bit, rows given to the wrong request, a
+control that does not differ, a skipped position, nothing captured)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from gdn_evidence.e2e.replay_engine import check_store, main
 from gdn_evidence.harness.replay_capture import CaptureStore, StepLayout
 from gdn_evidence.harness.replay_check import CONTROL_PARTS, REPLAY_PARTS, check_layer, verdict
 from gdn_evidence.harness.replay_synthetic import (
@@ -30,7 +29,6 @@ from gdn_evidence.harness.replay_synthetic import (
 )
 from vllm_gdn_invariant.shadow.bits import raw_bits
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "replay_engine_check.py"
 LAYER = SMOKE_LAYERS[0]
 
 
@@ -65,9 +63,7 @@ def expected_elements(prompt: int, response: int) -> dict[str, int]:
 
 def test_the_smoke_run_replays_every_layer_and_request_bitwise_and_the_controls_differ(tmp_path):
     out = tmp_path / "replay_smoke.json"
-    subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--out", str(out)], check=True, timeout=120
-    )
+    assert main(["--smoke", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["provenance"]["source_sha256"] and record["provenance"]["smoke"]
     steps = record["provenance"]["engines"]["synthetic"]
@@ -185,3 +181,13 @@ def test_a_step_whose_rows_cross_a_prompts_end_is_refused():
         StepLayout(requests=("r",), counts=(2,), starts=(5,), prompt_lengths=(5,))
     layout = StepLayout(requests=("r", "s"), counts=(1, 2), starts=(5, 0), prompt_lengths=(5, 9))
     assert layout.mixes_decode_and_prompt_rows and layout.decode_rows == 1
+
+
+def test_an_engine_whose_layers_were_never_captured_is_an_error_not_an_empty_pass():
+    with pytest.raises(RuntimeError, match="_forward_core never ran"):
+        check_store("qwen3_next", CaptureStore(), list(SMOKE_LAYERS), [5], 4, CPU_PATHS)
+
+
+def test_a_request_that_fed_back_fewer_tokens_is_an_error(store):
+    with pytest.raises(RuntimeError, match="did not feed back 7 generated tokens"):
+        check_store("synthetic", store, [LAYER], list(SMOKE_PROMPTS), 8, CPU_PATHS)
