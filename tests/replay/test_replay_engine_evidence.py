@@ -1,7 +1,8 @@
-"""docs/replay.md's engine evidence against docs/evidence/replay_engine.json: the doc's tables are
-the file's, and the file holds the acceptance of issue 21 (every GDN layer of every model
-replayed bit for bit for requests of at least 64 response tokens, controls differing, steps
-that mixed requests). Skipped while the file is absent."""
+"""docs/replay.md's engine evidence: the workload it describes is the runner's, and against
+docs/evidence/replay_engine.json (skipped while the file is absent) the doc's tables are the
+file's and the file holds the acceptance of issue 21 (every GDN layer of every model replayed
+bit for bit for requests of at least 64 response tokens, controls differing, steps that mixed
+requests)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gdn_evidence.e2e.replay_engine import NEW_TOKENS, PROMPTS, evidence_tables
+from gdn_evidence.e2e.replay_engine import (
+    MAX_NUM_BATCHED_TOKENS,
+    NEW_TOKENS,
+    PROMPTS,
+    evidence_tables,
+)
 from gdn_evidence.harness.replay_check import MIN_RESPONSE_TOKENS, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,12 +25,22 @@ DOC = ROOT / "docs" / "replay.md"
 MODELS = {"qwen3_next", "qwen3_next_dims", "qwen3_5"}
 GDN_LAYERS = 3  # each model: 4 layers, every fourth full attention
 
-pytestmark = pytest.mark.skipif(not EVIDENCE.exists(), reason="replay_engine.json not yet run")
-
 
 @pytest.fixture(scope="module")
 def record():
+    if not EVIDENCE.exists():
+        pytest.skip("docs/evidence/replay_engine.json not yet run")
     return json.loads(EVIDENCE.read_text())
+
+
+def test_the_doc_describes_the_runners_workload():
+    text = " ".join(DOC.read_text().split())
+    *first, last = PROMPTS
+    assert f"Four prompts of {', '.join(map(str, first))} and {last} tokens" in text
+    assert len(PROMPTS) == 4 and all(p % 64 for p in PROMPTS)
+    assert f"each generating {NEW_TOKENS} greedy tokens" in text
+    assert f"step budget of {MAX_NUM_BATCHED_TOKENS} tokens" in text
+    assert f"each request's response is {NEW_TOKENS - 1} tokens" in text
 
 
 def test_the_docs_tables_are_the_evidence_files(record):
