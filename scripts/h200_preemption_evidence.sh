@@ -5,6 +5,8 @@
 #   call 1: bash .device-engine-so/stage.sh                              (carry .device-engine-so)
 #   call 2: source .device-engine/enter.sh && bash scripts/h200_preemption_evidence.sh $OUT eager
 #   call 3: source .device-engine/enter.sh && bash scripts/h200_preemption_evidence.sh $OUT graphs
+# and the response replay's engine evidence (issue 21), one call after the staging one:
+#   source .device-engine/enter.sh && bash scripts/h200_preemption_evidence.sh $OUT replay
 # Stages:
 #   eager   one engine per model and mode, enforce_eager, prefix caching off, in parallel; beside
 #           them the GPU tests of the history replay and of the pinned prefill configs
@@ -14,6 +16,11 @@
 #   cached  the graphs stage (its engines also run forced-cached and multi-turn: prefix caching
 #           is on there) beside the GPU tests of the replay API, the history replay and the
 #           golden kernels' direct launch
+#   replay  scripts/replay_engine_check.py: the three tiny models in mode golden, eager, every
+#           GDN layer captured and replayed (prompt_state, replay_response) with its control;
+#           about 2 to 3 minutes (engines start in parallel, ~30 s each eager, plus Triton
+#           compiles), LIMIT 290 s by default; copy $OUT/replay_engine.json to
+#           docs/evidence/replay_engine.json
 # Usage: h200_preemption_evidence.sh OUT STAGE [LIMIT]; PREEMPTION_MODELS overrides the models.
 # Merge afterwards into docs/evidence/preemption.json (scripts/preemption_determinism.py --merge).
 set -u
@@ -50,6 +57,11 @@ case $stage in
     timeout "$limit" python scripts/preemption_determinism.py --models qwen3_next,qwen3_next_dims \
       --modes route,golden --graphs eager,graphs --model-runner v2 --parallel 8 \
       --timeout $((limit - 20)) --out "$out/preemption_v2.json" > "$out/preemption_v2.log" 2>&1
+    ;;
+  replay)
+    limit=${3:-290}
+    timeout "$limit" python scripts/replay_engine_check.py --timeout $((limit - 30)) \
+      --out "$out/replay_engine.json" > "$out/replay_engine.log" 2>&1
     ;;
   *)
     echo "unknown stage $stage" >&2
