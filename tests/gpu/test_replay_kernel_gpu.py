@@ -33,10 +33,11 @@ pytestmark = [
 
 HEADS = {"tp1": {"H": 16, "HV": 32}, "tp4": {"H": 4, "HV": 8}}
 STATE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-QWEN3_NEXT = {"K": 128, "V": 128, "W": 4, "with_bias": False}
+QWEN3_NEXT = {"K": 128, "V": 128, "W": 4}
 
 
 def qwen3_next_case(heads: str, state: str, lengths: list[int], *, device, seed: int, **options):
+    options.setdefault("with_bias", False)
     return build_replay_case(
         lengths,
         **HEADS[heads],
