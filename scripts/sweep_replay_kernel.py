@@ -37,7 +37,7 @@ SCHEMA = "vllm-gdn-invariant/sweep-replay-kernel/1"
 HEADS = {"tp1": (16, 32), "tp4": (4, 8)}
 SEQUENCES = (8, 64)
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-SHAPES = ((16, 2), (32, 4), (32, 2), (64, 4), (64, 8), (128, 8))  # (value rows, warps)
+SHAPES = ((16, 2), (32, 4), (32, 2), (64, 8), (64, 4), (64, 2), (128, 8), (128, 4))  # (rows, warps)
 ROUNDS = 3
 K = V = 128
 W = 4

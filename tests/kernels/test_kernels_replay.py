@@ -155,6 +155,16 @@ def test_two_launch_shapes_give_the_same_bits(replay):
         assert mismatches(run_kernel(replay, case, config), want) == {}, config
 
 
+def test_default_launch_shape_on_a_gpu_for_qwen3_next(replay):
+    """2 value rows of 32 K-elements per thread over 4 warps: 64 rows per program at K = 128."""
+    for heads, sequences in (((16, 32), 64), ((4, 8), 1)):
+        dims = replay.ReplayDims(sequences, *heads, 128, 128, 4, 128**-0.5)
+        fp32 = replay.replay_config(dims, torch.float32, interpreted=False)
+        bf16 = replay.replay_config(dims, torch.bfloat16, interpreted=False)
+        assert fp32 == replay.ReplayConfig(64, 3, 2, 2, 4)
+        assert bf16 == replay.ReplayConfig(64, 2, 2, 3, 4)
+
+
 def test_out_given_as_a_strided_view_is_written_in_place(replay):
     case = build_replay_case([2], H=1, HV=1, K=5, V=3, seed=4)
     want_out, _, _ = golden_replay(case)

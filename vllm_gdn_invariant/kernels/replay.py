@@ -31,18 +31,19 @@ last W-1 of [history, x cast to the conv-state dtype] (taps from the old history
 sequence is shorter than W-1).
 
 Launch shape (``ReplayConfig``; it changes the speed, never the bits: a value row's reductions
-never mix with other rows', and every program computes q and k alike). A token's work in a
-program is a fixed part (the conv, SiLU and norm of 2K q/k channels, the gates) and a part
-proportional to its BV x K state block; the tokens of a sequence are a chain, so the time is
-(tokens) x (one token's latency in one program) as long as the programs fit on the GPU at once,
-and (total work) / (GPU throughput) beyond. Small value blocks shorten the chain (a quarter of
-the state per thread at BV = 32 against 128) and make more programs; large blocks repeat the
-fixed part less. With K = V = 128 on an H200 (132 SMs): a trainer replays 8-64 sequences,
-which at TP4 (HV = 8) is 64-512 (sequence, head) pairs, at TP1 (HV = 32) 256-2048. The default
-takes BV = 32 (4 value blocks per head, 1 row per thread over 4 warps) below
-``BLOCKED_PAIRS`` (sequence, head) pairs, where the programs fit on the GPU at once and the
-chain decides, and BV = 64 (2 rows per thread) from there on, where throughput does.
-docs/kernels.md has the measured times of the shapes tried.
+never mix with other rows', and every program computes q and k alike). The tokens of a sequence
+are a chain, so a replay takes (tokens) x (one token's latency in a program) while its programs
+fit on the GPU at once, and (total work) / (throughput) beyond. A token's work in a program is a
+part that does not shrink with the block (loading the token, the conv, SiLU and norms of the 2K
+q/k channels, the gates, the layout changes of q and k), repeated by every program and largely
+by every warp, and the state block's part (BV x K elements). The default gives each thread 2
+value rows of 32 K-elements each (the recurrent kernel's 32-element row share), over 4 warps: 64
+value rows per program at K = 128, so 2 programs per value head, 232 registers, no spills.
+Measured on an H200 (scripts/sweep_replay_kernel.py, docs/kernels.md), Qwen3-Next's heads at TP1
+and TP4, 8 and 64 sequences of 1024 tokens, both state dtypes: this shape was the fastest of the
+7 tried in all 8 cases; 1 row per thread (32 rows over 4 warps, 64 over 8, 16 over 2) was 3-77 %
+slower even with 8 sequences at TP4, where it doubles the programs (64 (sequence, head) pairs):
+the per-warp fixed part outweighs the shorter state part, so fewer, fuller programs win.
 """
 
 from __future__ import annotations
@@ -380,9 +381,8 @@ def conv_tail_kernel(
         tl.store(p_state + j * stride_conv_tap, window[j], mask=o_d < dim)
 
 
-BLOCKED_PAIRS = 1024  # (sequence, value head) pairs from which a program takes 64 value rows
-SMALL_BLOCK_ROWS = 32
-LARGE_BLOCK_ROWS = 64
+ROWS_PER_THREAD = 2
+WARPS = 4
 TAIL_BLOCK_D = 256
 TAIL_WARPS = 4
 
@@ -415,9 +415,9 @@ class ReplayDims:
 def replay_config(
     dims: ReplayDims, state_dtype: torch.dtype, interpreted: bool = INTERPRETED
 ) -> ReplayConfig:
-    """The default launch shape (module docstring): the K split of the recurrent kernel's shape,
-    32 value rows per program below BLOCKED_PAIRS (sequence, value head) pairs and 64 from there,
-    4 warps (fewer for short V); all V rows per program under the interpreter."""
+    """The default launch shape (module docstring): the K split of the recurrent kernel's shape
+    (32 elements of a value row per thread, in 16-byte vectors), 2 value rows per thread and 4
+    warps, fewer warps for short V; all V rows per program under the interpreter."""
     recurrent_dims = RecurrentDims(
         batch=dims.num_sequences,
         num_k_heads=dims.num_k_heads,
@@ -428,17 +428,16 @@ def replay_config(
         use_qk_l2norm=True,
     )
     split: RecurrentConfig = recurrent_config(recurrent_dims, state_dtype, interpreted)
+    rows_per_warp = 32 >> split.log2_cl
     block_v = triton.next_power_of_2(dims.head_v)
     if not interpreted:
-        pairs = dims.num_sequences * dims.num_v_heads
-        block_v = min(block_v, SMALL_BLOCK_ROWS if pairs < BLOCKED_PAIRS else LARGE_BLOCK_ROWS)
-    rows_per_warp = 32 >> split.log2_cl
+        block_v = min(block_v, rows_per_warp * WARPS * ROWS_PER_THREAD)
     return ReplayConfig(
         block_v=block_v,
         log2_j=split.log2_j,
         log2_cl=split.log2_cl,
         log2_vec=split.log2_vec,
-        num_warps=max(1, min(4, block_v // rows_per_warp)),
+        num_warps=max(1, min(WARPS, block_v // (rows_per_warp * ROWS_PER_THREAD))),
     )
 
 
