@@ -28,6 +28,7 @@ from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.kernels.replay import (
     ReplayConfig,
     launch_replay,
+    multiprocessors,
     replay_config,
     replay_dims,
 )
@@ -89,7 +90,7 @@ def run_case(heads: str, sequences: int, tokens: int, state: str) -> dict:
     t = inputs(heads, sequences, tokens, STATE_DTYPES[state])
     H, _ = HEADS[heads]
     dims = replay_dims(t["x"], t["conv_weight"], t["state"], t["cu_seqlens"], H, K**-0.5)
-    default = replay_config(dims, t["state"].dtype)
+    default = replay_config(dims, t["state"].dtype, multiprocessors(t["x"].device))
     configs = {"default": default}
     for rows, warps in SHAPES:
         configs[f"BV{rows}-w{warps}"] = ReplayConfig(

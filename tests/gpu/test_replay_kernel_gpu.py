@@ -18,6 +18,7 @@ from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels.replay import (
     ReplayConfig,
     launch_replay,
+    multiprocessors,
     replay_config,
     replay_dims,
     replay_tokens,
@@ -61,7 +62,7 @@ def run_kernel(case: ReplayCase, config: ReplayConfig | None = None):
         *got.tensors(),
         out,
         dims,
-        config or replay_config(dims, got.state.dtype),
+        config or replay_config(dims, got.state.dtype, multiprocessors(got.x.device)),
         silu=options["activation"] is not None,
         use_qk_l2norm=options["use_qk_l2norm"],
         dim_first=options["dim_first"],
@@ -114,8 +115,8 @@ def test_launch_shapes_give_the_same_bits(state):
     case = qwen3_next_case("tp1", state, [257, 64, 1], device="cuda", seed=4)
     want = golden_replay(case)
     dims = replay_dims(case.x, case.conv_weight, case.state, case.cu_seqlens, 16, 1.0)
-    split = replay_config(dims, case.state.dtype)
-    for block_v, num_warps in ((16, 2), (32, 4), (64, 4), (128, 8)):
+    split = replay_config(dims, case.state.dtype, 0)
+    for block_v, num_warps in ((16, 2), (32, 4), (64, 4), (128, 4), (128, 8)):
         config = ReplayConfig(block_v, split.log2_j, split.log2_cl, split.log2_vec, num_warps)
         got, _ = run_kernel(case, config)
         assert_same(got, want)

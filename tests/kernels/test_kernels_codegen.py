@@ -73,4 +73,4 @@ def test_the_spill_check_fails_a_replay_shape_that_spills():
     dims = ReplayDims(8, 1, 2, 32, 128, 4, 32**-0.5)
     config = ReplayConfig(block_v=128, log2_j=1, log2_cl=2, log2_vec=2, num_warps=1)
     usage = codegen.resource_usage(codegen.compile_replay(dims, config=config))
-    assert usage.spills and usage.registers == 255, usage
+    assert usage.spills, usage

@@ -155,14 +155,20 @@ def test_two_launch_shapes_give_the_same_bits(replay):
         assert mismatches(run_kernel(replay, case, config), want) == {}, config
 
 
-def test_default_launch_shape_on_a_gpu_for_qwen3_next(replay):
-    """2 value rows of 32 K-elements per thread over 4 warps: 64 rows per program at K = 128."""
-    for heads, sequences in (((16, 32), 64), ((4, 8), 1)):
-        dims = replay.ReplayDims(sequences, *heads, 128, 128, 4, 128**-0.5)
-        fp32 = replay.replay_config(dims, torch.float32, interpreted=False)
-        bf16 = replay.replay_config(dims, torch.bfloat16, interpreted=False)
-        assert fp32 == replay.ReplayConfig(64, 3, 2, 2, 4)
-        assert bf16 == replay.ReplayConfig(64, 2, 2, 3, 4)
+def test_default_launch_shape_on_an_h200_for_qwen3_next(replay):
+    """4 value rows of 32 K-elements per thread over 4 warps (a value head per program at
+    K = V = 128), 2 while (sequence, value head) pairs are fewer than the 132 SMs."""
+
+    def config(sequences, H, HV, state_dtype):
+        dims = replay.ReplayDims(sequences, H, HV, 128, 128, 4, 128**-0.5)
+        return replay.replay_config(dims, state_dtype, 132, interpreted=False)
+
+    for sequences, H, HV in ((64, 16, 32), (8, 16, 32), (64, 4, 8), (17, 4, 8)):
+        assert config(sequences, H, HV, torch.float32) == replay.ReplayConfig(128, 3, 2, 2, 4)
+        assert config(sequences, H, HV, torch.bfloat16) == replay.ReplayConfig(128, 2, 2, 3, 4)
+    for sequences in (16, 8, 1):  # 128 pairs or fewer
+        assert config(sequences, 4, 8, torch.float32) == replay.ReplayConfig(64, 3, 2, 2, 4)
+        assert config(sequences, 4, 8, torch.bfloat16) == replay.ReplayConfig(64, 2, 2, 3, 4)
 
 
 def test_out_given_as_a_strided_view_is_written_in_place(replay):

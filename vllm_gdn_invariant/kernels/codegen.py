@@ -359,9 +359,11 @@ def compile_replay(
     capability: int = 90,
     fusion: bool = False,
     config: replay_module.ReplayConfig | None = None,
+    multiprocessors: int = replay_module.H200_MULTIPROCESSORS,
 ):
     """replay_kernel compiled for ``sm_<capability>`` with the default launch shape for ``dims``
-    (or ``config``), Qwen3-Next's conv (no bias, SiLU) and QK norm."""
+    on a GPU of ``multiprocessors`` SMs (or ``config``), Qwen3-Next's conv (no bias, SiLU) and
+    QK norm."""
     H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k, dims.head_v
     dim = 2 * H * K + HV * V
     sequences = dims.num_sequences
@@ -369,7 +371,7 @@ def compile_replay(
     if not dim_first:
         conv_shape = (num_blocks, dims.taps - 1, dim)
     if config is None:
-        config = replay_module.replay_config(dims, state_dtype, interpreted=False)
+        config = replay_module.replay_config(dims, state_dtype, multiprocessors, interpreted=False)
     _, arguments, constexprs = replay_module.kernel_arguments(
         meta((tokens, dim), x_dtype),
         meta((tokens, HV), x_dtype),

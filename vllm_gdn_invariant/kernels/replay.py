@@ -225,18 +225,7 @@ def replay_kernel(
     channel_k = H * K + i_h * K + o_k
     channel_v = 2 * H * K + i_hv * V + o_v
 
-    # Conv weights, bias and history of the program's channels.
-    wq = load_taps(conv_weight + channel_q * stride_weight_dim, stride_weight_tap, o_k < K, W)
-    wk = load_taps(conv_weight + channel_k * stride_weight_dim, stride_weight_tap, o_k < K, W)
-    wv = load_taps(conv_weight + channel_v * stride_weight_dim, stride_weight_tap, mask_v, W)
-    if HAS_BIAS:
-        bias_q = to_fp32(tl.load(conv_bias + channel_q * stride_bias, mask=o_k < K, other=0.0))
-        bias_k = to_fp32(tl.load(conv_bias + channel_k * stride_bias, mask=o_k < K, other=0.0))
-        bias_v = to_fp32(tl.load(conv_bias + channel_v * stride_bias, mask=mask_v, other=0.0))
-    else:
-        bias_q = tl.full([J, C], 0.0, tl.float32)
-        bias_k = tl.full([J, C], 0.0, tl.float32)
-        bias_v = tl.full([BV], 0.0, tl.float32)
+    # History of the program's channels.
     p_conv = conv_state + bound(conv_block, conv_on) * stride_conv_block
     conv_k = bound(K, conv_on)
     conv_v = bound(V, conv_on)
@@ -307,6 +296,17 @@ def replay_kernel(
             C,
             LOG2_J,
         )
+        wq = load_taps(conv_weight + channel_q * stride_weight_dim, stride_weight_tap, o_k < K, W)
+        wk = load_taps(conv_weight + channel_k * stride_weight_dim, stride_weight_tap, o_k < K, W)
+        wv = load_taps(conv_weight + channel_v * stride_weight_dim, stride_weight_tap, mask_v, W)
+        if HAS_BIAS:
+            bias_q = to_fp32(tl.load(conv_bias + channel_q * stride_bias, mask=o_k < K, other=0.0))
+            bias_k = to_fp32(tl.load(conv_bias + channel_k * stride_bias, mask=o_k < K, other=0.0))
+            bias_v = to_fp32(tl.load(conv_bias + channel_v * stride_bias, mask=mask_v, other=0.0))
+        else:
+            bias_q = tl.full([J, C], 0.0, tl.float32)
+            bias_k = tl.full([J, C], 0.0, tl.float32)
+            bias_v = tl.full([BV], 0.0, tl.float32)
         q, hist_q = conv_channels(
             hist_q, xq, wq, bias_q, W, OPERAND_DTYPE, SILU, CONV_DTYPE, X_DTYPE
         )
@@ -381,8 +381,10 @@ def conv_tail_kernel(
         tl.store(p_state + j * stride_conv_tap, window[j], mask=o_d < dim)
 
 
-ROWS_PER_THREAD = 2
+MAX_ROWS_PER_THREAD = 4
+MIN_ROWS_PER_THREAD = 2
 WARPS = 4
+H200_MULTIPROCESSORS = 132
 TAIL_BLOCK_D = 256
 TAIL_WARPS = 4
 
@@ -413,11 +415,15 @@ class ReplayDims:
 
 
 def replay_config(
-    dims: ReplayDims, state_dtype: torch.dtype, interpreted: bool = INTERPRETED
+    dims: ReplayDims,
+    state_dtype: torch.dtype,
+    multiprocessors: int,
+    interpreted: bool = INTERPRETED,
 ) -> ReplayConfig:
     """The default launch shape (module docstring): the K split of the recurrent kernel's shape
-    (32 elements of a value row per thread, in 16-byte vectors), 2 value rows per thread and 4
-    warps, fewer warps for short V; all V rows per program under the interpreter."""
+    (32 elements of a value row per thread, in 16-byte vectors) over 4 warps (fewer for short V),
+    4 value rows per thread, halved down to 2 while the programs are fewer than the GPU's
+    ``multiprocessors``; all V rows per program under the interpreter."""
     recurrent_dims = RecurrentDims(
         batch=dims.num_sequences,
         num_k_heads=dims.num_k_heads,
@@ -431,14 +437,25 @@ def replay_config(
     rows_per_warp = 32 >> split.log2_cl
     block_v = triton.next_power_of_2(dims.head_v)
     if not interpreted:
-        block_v = min(block_v, rows_per_warp * WARPS * ROWS_PER_THREAD)
+        block_v = min(block_v, rows_per_warp * WARPS * MAX_ROWS_PER_THREAD)
+        pairs = dims.num_sequences * dims.num_v_heads
+        smallest = rows_per_warp * WARPS * MIN_ROWS_PER_THREAD
+        while block_v > smallest and pairs * triton.cdiv(dims.head_v, block_v) < multiprocessors:
+            block_v //= 2
     return ReplayConfig(
         block_v=block_v,
         log2_j=split.log2_j,
         log2_cl=split.log2_cl,
         log2_vec=split.log2_vec,
-        num_warps=max(1, min(WARPS, block_v // (rows_per_warp * ROWS_PER_THREAD))),
+        num_warps=max(1, min(WARPS, block_v // (rows_per_warp * MIN_ROWS_PER_THREAD))),
     )
+
+
+def multiprocessors(device: torch.device) -> int:
+    """The streaming multiprocessors of a CUDA device (torch caches its properties); 0 else."""
+    if device.type != "cuda":
+        return 0
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def replay_dims(
@@ -671,7 +688,7 @@ def replay_tokens(
         cu_seqlens,
         out,
         dims,
-        replay_config(dims, state.dtype),
+        replay_config(dims, state.dtype, multiprocessors(x.device)),
         silu=activation is not None,
         use_qk_l2norm=use_qk_l2norm,
         dim_first=dim_first,
