@@ -13,7 +13,9 @@ adds the token loop and where values are kept between tokens:
   tokens; the state is rounded to its dtype and widened again after every token, which is what
   the per-token step's store and the next step's load do;
 * the conv output is rounded to x's dtype before the recurrent step reads it (the golden conv's
-  ``out``), and the output of token t to x's dtype.
+  ``out``), and the output of token t to x's dtype;
+* token t's inputs (x, a, b) are loaded while token t - 1 is computed; the conv weights and bias
+  are loaded again for every token (from cache), which leaves their registers to the state.
 
 An inactive sequence index (<= 0) follows the goldens' contract op by op: ``conv_indices[s] <= 0``
 feeds zeros to the recurrent step (the conv's zero output row) and writes no conv block;
@@ -36,14 +38,19 @@ are a chain, so a replay takes (tokens) x (one token's latency in a program) whi
 fit on the GPU at once, and (total work) / (throughput) beyond. A token's work in a program is a
 part that does not shrink with the block (loading the token, the conv, SiLU and norms of the 2K
 q/k channels, the gates, the layout changes of q and k), repeated by every program and largely
-by every warp, and the state block's part (BV x K elements). The default gives each thread 2
-value rows of 32 K-elements each (the recurrent kernel's 32-element row share), over 4 warps: 64
-value rows per program at K = 128, so 2 programs per value head, 232 registers, no spills.
-Measured on an H200 (scripts/sweep_replay_kernel.py, docs/kernels.md), Qwen3-Next's heads at TP1
-and TP4, 8 and 64 sequences of 1024 tokens, both state dtypes: this shape was the fastest of the
-7 tried in all 8 cases; 1 row per thread (32 rows over 4 warps, 64 over 8, 16 over 2) was 3-77 %
-slower even with 8 sequences at TP4, where it doubles the programs (64 (sequence, head) pairs):
-the per-warp fixed part outweighs the shorter state part, so fewer, fuller programs win.
+by every warp, and the state block's part (BV x K elements). So the fewer, fuller programs the
+better, as long as they fill the GPU: the default gives each thread 4 value rows of 32
+K-elements (the recurrent kernel's row share) over 4 warps, which at K = V = 128 is one program
+per (sequence, value head), 254-255 registers without spills (Triton 3.9; 3.6 spills 16-24
+bytes); while the programs are fewer than the GPU's multiprocessors it halves the block, down to
+2 rows per thread (64 rows, 2 programs per head). Measured on an H200 (scripts/
+sweep_replay_kernel.py, docs/kernels.md): Qwen3-Next's heads at TP1 and TP4, 8 and 64 sequences
+of 1024 tokens, both state dtypes, 8 shapes from 1 to 4 rows per thread and 2 to 8 warps: the
+default was the fastest in all 8 cases; 4 rows per thread over 2 warps came next (8-10 % slower
+where the default is one program per head), and 1 row per thread took 1.01-3x its time. With 8
+sequences at TP4 (64 pairs) one program per head took 1.31-1.78x the time of the default's two.
+The kernel that held the conv weights in registers (commit b8a3b69) ran the same shapes in
+82-92 % of the time, but at 4 rows per thread it spills (up to 24 bytes).
 """
 
 from __future__ import annotations
