@@ -54,6 +54,21 @@ def import_interpreted(name: str, path: Path) -> ModuleType:
     return module
 
 
+def import_interpreted_submodule(name: str) -> ModuleType:
+    """Submodule ``name`` of the interpreted kernels package, imported with TRITON_INTERPRET=1
+    set for the import only (a module with jit functions of its own needs it)."""
+    import_interpreted(INTERPRETED_KERNELS, KERNELS_DIR)
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        return importlib.import_module(f"{INTERPRETED_KERNELS}.{name}")
+    finally:
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
 @pytest.fixture(scope="session")
 def kernels() -> ModuleType:
     """vllm_gdn_invariant.kernels, interpreted: ``kernels.recurrent_step`` etc. on CPU tensors."""

@@ -62,7 +62,7 @@ def test_device_code_uses_only_the_goldens_arithmetic(path):
 
 def test_every_kernel_module_has_device_code_checked():
     checked = {p.name for p in SOURCES if jit_functions(p)}
-    assert checked == {"conv.py", "elementary.py", "recurrent.py"}
+    assert checked == {"conv.py", "elementary.py", "recurrent.py", "replay.py"}
 
 
 def test_constants_are_the_goldens():

@@ -7,7 +7,9 @@ arithmetic is the goldens' (the golden module docstrings are the spec), written 
 elementary.py with the goldens' constants; validation.py makes the goldens' checks before
 anything is written. Every launch turns FP contraction off. On CUDA tensors the kernels are
 compiled; on CPU tensors they run in Triton's interpreter when ``TRITON_INTERPRET=1`` is set
-before this package is imported. docs/kernels.md describes the design and its checks.
+before this package is imported. ``replay.replay_tokens`` runs a whole response's decode steps
+(conv then recurrent, token by token) per call with the same arithmetic, unvalidated (its
+callers check). docs/kernels.md describes the design and its checks.
 """
 
 from .conv import conv_update

@@ -36,6 +36,8 @@ from triton.compiler import ASTSource
 
 from . import conv as conv_module
 from . import recurrent as recurrent_module
+from . import replay as replay_module
+from .replay import ReplayDims
 from .validation import ConvDims, RecurrentDims
 
 TRITON_TYPES = {
@@ -188,6 +190,40 @@ def contraction_report(ptx: str, sass: str) -> ContractionReport:
     )
 
 
+@dataclass(frozen=True)
+class ResourceUsage:
+    """Per-thread resources of a compiled kernel (cuobjdump's resource usage)."""
+
+    registers: int
+    stack: int  # bytes of stack frame
+    local: int  # bytes of local memory: register spills (the kernels have no local arrays)
+    shared: int  # bytes of static shared memory per program
+
+    @property
+    def spills(self) -> bool:
+        return self.local > 0 or self.stack > 0
+
+
+def resource_usage(compiled: object) -> ResourceUsage:
+    """The registers, stack, local and shared memory of a compiled kernel's cubin."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "kernel.cubin"
+        path.write_bytes(compiled.asm["cubin"])
+        result = subprocess.run(
+            [str(nvidia_tool("cuobjdump")), "--dump-resource-usage", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    usage = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", result.stdout))
+    return ResourceUsage(
+        registers=int(usage["REG"]),
+        stack=int(usage["STACK"]),
+        local=int(usage["LOCAL"]),
+        shared=int(usage["SHARED"]),
+    )
+
+
 def report_of(compiled: object) -> ContractionReport:
     """contraction_report of a compiled kernel (what a launch or ``triton.compile`` returns)."""
     return contraction_report(compiled.asm["ptx"], sass_of(compiled.asm["cubin"]))
@@ -306,6 +342,58 @@ def compile_conv(
         config.num_warps,
         capability,
         fusion,
+    )
+
+
+def compile_replay(
+    dims: ReplayDims,
+    *,
+    state_dtype: torch.dtype = torch.float32,
+    x_dtype: torch.dtype = torch.bfloat16,
+    conv_dtype: torch.dtype = torch.bfloat16,
+    weight_dtype: torch.dtype = torch.bfloat16,
+    with_bias: bool = False,
+    dim_first: bool = True,
+    tokens: int = 8192,
+    num_blocks: int = 1024,
+    capability: int = 90,
+    fusion: bool = False,
+    config: replay_module.ReplayConfig | None = None,
+    multiprocessors: int = replay_module.H200_MULTIPROCESSORS,
+):
+    """replay_kernel compiled for ``sm_<capability>`` with the default launch shape for ``dims``
+    on a GPU of ``multiprocessors`` SMs (or ``config``), Qwen3-Next's conv (no bias, SiLU) and
+    QK norm."""
+    H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k, dims.head_v
+    dim = 2 * H * K + HV * V
+    sequences = dims.num_sequences
+    conv_shape = (num_blocks, dim, dims.taps - 1)
+    if not dim_first:
+        conv_shape = (num_blocks, dims.taps - 1, dim)
+    if config is None:
+        config = replay_module.replay_config(dims, state_dtype, multiprocessors, interpreted=False)
+    _, arguments, constexprs = replay_module.kernel_arguments(
+        meta((tokens, dim), x_dtype),
+        meta((tokens, HV), x_dtype),
+        meta((tokens, HV), x_dtype),
+        meta((HV,), torch.float32),
+        meta((HV,), torch.float32),
+        meta((dim, dims.taps), weight_dtype),
+        meta((dim,), weight_dtype) if with_bias else None,
+        meta(conv_shape, conv_dtype),
+        meta((sequences,), torch.int32),
+        meta((num_blocks, HV, V, K), state_dtype),
+        meta((sequences,), torch.int32),
+        meta((sequences + 1,), torch.int32),
+        meta((tokens, HV, V), x_dtype),
+        dims,
+        config,
+        silu=True,
+        use_qk_l2norm=True,
+        dim_first=dim_first,
+    )
+    return compile_kernel(
+        replay_module.replay_kernel, arguments, constexprs, config.num_warps, capability, fusion
     )
 
 

@@ -28,6 +28,20 @@ def tap_product(window_j, weight_j, OPERAND_DTYPE: tl.constexpr):
 
 
 @triton.jit
+def convolve(
+    acc, window, weights, W: tl.constexpr, OPERAND_DTYPE: tl.constexpr, SILU: tl.constexpr
+):
+    """The golden's conv output in fp32, before its rounding to x's dtype: ``acc`` (the fp32
+    bias, or +0) plus the W tap products window[j] * weights[j] in order, then SiLU if SILU.
+    ``window`` (cache dtype, the token last) and ``weights`` are tuples of W tensors."""
+    for j in tl.static_range(W):
+        acc = acc + tap_product(window[j], weights[j], OPERAND_DTYPE)
+    if SILU:
+        acc = silu(acc)
+    return acc
+
+
+@triton.jit
 def conv_update_kernel(
     x,
     conv_state,
@@ -71,20 +85,17 @@ def conv_update_kernel(
         acc = to_fp32(tl.load(bias + o_d * stride_bias, mask=mask_d, other=0.0))
     else:
         acc = tl.full([BLOCK_D], 0.0, tl.float32)
-    # window = [state[:, 0], ..., state[:, W-2], token]; tap j reads window[j] and, from
-    # j = 1 on, moves it to state[:, j-1].
+    # window = [state[:, 0], ..., state[:, W-2], token]; the new state is window[1:].
+    window = ()
+    weights = ()
+    for j in tl.static_range(W):
+        if j < W - 1:
+            window = window + (tl.load(p_state + j * stride_state_tap, mask=mask_d, other=0.0),)
+        weights = weights + (tl.load(p_weight + j * stride_weight_tap, mask=mask_d, other=0.0),)
+    window = window + (token,)
+    acc = convolve(acc, window, weights, W, OPERAND_DTYPE, SILU)
     for j in tl.static_range(W - 1):
-        window_j = tl.load(p_state + j * stride_state_tap, mask=mask_d, other=0.0)
-        weight_j = tl.load(p_weight + j * stride_weight_tap, mask=mask_d, other=0.0)
-        acc = acc + tap_product(window_j, weight_j, OPERAND_DTYPE)
-        if j > 0:
-            tl.store(p_state + (j - 1) * stride_state_tap, window_j, mask=mask_d)
-    weight_last = tl.load(p_weight + (W - 1) * stride_weight_tap, mask=mask_d, other=0.0)
-    acc = acc + tap_product(token, weight_last, OPERAND_DTYPE)
-    tl.store(p_state + (W - 2) * stride_state_tap, token, mask=mask_d)
-
-    if SILU:
-        acc = silu(acc)
+        tl.store(p_state + j * stride_state_tap, window[j + 1], mask=mask_d)
     tl.store(p_out, round_to(acc, out.dtype.element_ty), mask=mask_d)
 
 

@@ -62,10 +62,16 @@ def to_slabs(x, LOG2_J: tl.constexpr, C: tl.constexpr):
 
 
 @triton.jit
+def vector_offsets(C: tl.constexpr, LOG2_J: tl.constexpr):
+    """k = j * C + c of a K vector held as [J, C] (row j, column c)."""
+    return tl.arange(0, 1 << LOG2_J)[:, None] * C + tl.arange(0, C)[None, :]
+
+
+@triton.jit
 def load_vector(row, first, stride, K: tl.constexpr, C: tl.constexpr, LOG2_J: tl.constexpr):
     """Elements first .. first + K - 1 of ``row`` (``stride`` apart) as fp32 [J, C], row j
     holding k = j * C + c (zeros past K)."""
-    o_k = tl.arange(0, 1 << LOG2_J)[:, None] * C + tl.arange(0, C)[None, :]
+    o_k = vector_offsets(C, LOG2_J)
     return to_fp32(tl.load(row + (first + o_k) * stride, mask=o_k < K, other=0.0))
 
 
@@ -79,6 +85,76 @@ def l2_normalized(x, LOG2_J: tl.constexpr, LOG2_CL: tl.constexpr, LOG2_VEC: tl.c
     # A reduction over an axis of one element returns y unchanged; it keeps Triton from
     # recomputing the divisions in the (replicated) layout of the slabs that y is split into.
     return tl.reshape(tl.reduce(tl.reshape(y, [1 << LOG2_J, C, 1]), 2, add), [1 << LOG2_J, C])
+
+
+@triton.jit
+def qk_slabs(
+    q,
+    k,
+    scale,
+    LOG2_J: tl.constexpr,
+    LOG2_CL: tl.constexpr,
+    LOG2_VEC: tl.constexpr,
+    USE_QK_L2NORM: tl.constexpr,
+):
+    """q and k of one k-head, fp32 [J, C] with zeros past K -> (q, k) as J slabs [1, C] each:
+    both l2-normalized if USE_QK_L2NORM, then q times ``scale``."""
+    C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
+    if USE_QK_L2NORM:
+        q = l2_normalized(q, LOG2_J, LOG2_CL, LOG2_VEC)
+        k = l2_normalized(k, LOG2_J, LOG2_CL, LOG2_VEC)
+    return to_slabs(q * scale, LOG2_J, C), to_slabs(k, LOG2_J, C)
+
+
+@triton.jit
+def gates(a_val, b_val, A_log_val, dt_bias_val):
+    """(exp(g), beta) of one (row, value head) from fp32 scalars: g = -exp(A_log) *
+    softplus(a + dt_bias), beta = sigmoid(b)."""
+    g = neg(exp(A_log_val)) * softplus(a_val + dt_bias_val)
+    return exp(g), sigmoid(b_val)
+
+
+@triton.jit
+def delta_rule(
+    h,
+    q,
+    k,
+    v,
+    decay,
+    beta,
+    BV: tl.constexpr,
+    K: tl.constexpr,
+    LOG2_J: tl.constexpr,
+    LOG2_CL: tl.constexpr,
+    LOG2_VEC: tl.constexpr,
+):
+    """Decay, delta update and output of a block of BV value rows, fp32: ``h`` the J slabs
+    [BV, C] of the state, ``q`` and ``k`` J slabs [1, C] (``qk_slabs``), ``v`` [BV], ``decay``
+    = exp(g). Returns (the new state's J slabs, o [BV]); the caller rounds and stores them.
+    Padded k (>= K) enters each sum as +0, the golden's padding."""
+    J: tl.constexpr = 1 << LOG2_J
+    C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
+    o_c = tl.arange(0, C)[None, :]
+    hk = ()
+    decayed = ()
+    for j in tl.static_range(J):
+        h_j = h[j] * decay
+        decayed = decayed + (h_j,)
+        hk_j = h_j * k[j]
+        if J * C != K:
+            hk_j = tl.where(j * C + o_c < K, hk_j, 0.0)  # the golden's zero padding
+        hk = hk + (hk_j,)
+    v = (v - fixed_order_sum_slabs(hk, BV, LOG2_J, LOG2_CL, LOG2_VEC)) * beta
+    updated = ()
+    hq = ()
+    for j in tl.static_range(J):
+        h_j = decayed[j] + v[:, None] * k[j]
+        updated = updated + (h_j,)
+        hq_j = h_j * q[j]
+        if J * C != K:
+            hq_j = tl.where(j * C + o_c < K, hq_j, 0.0)
+        hq = hq + (hq_j,)
+    return updated, fixed_order_sum_slabs(hq, BV, LOG2_J, LOG2_CL, LOG2_VEC)
 
 
 @triton.jit
@@ -154,40 +230,18 @@ def recurrent_step_kernel(
     for j in tl.static_range(J):
         mask = mask_v[:, None] & (j * C + o_c < K)
         h = h + (to_fp32(tl.load(p_h + j * C * stride_state_k, mask=mask, other=0.0)),)
-    if USE_QK_L2NORM:
-        q = l2_normalized(q, LOG2_J, LOG2_CL, LOG2_VEC)
-        k = l2_normalized(k, LOG2_J, LOG2_CL, LOG2_VEC)
-    q = to_slabs(q * scale, LOG2_J, C)
-    k = to_slabs(k, LOG2_J, C)
+    q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
 
     a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
     b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
     A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
     dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
-    g = neg(exp(A_log_val)) * softplus(a_val + dt_bias_val)
-    beta = sigmoid(b_val)
-    decay = exp(g)
+    decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
 
-    hk = ()
-    decayed = ()
+    h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
     for j in tl.static_range(J):
-        h_j = h[j] * decay
-        decayed = decayed + (h_j,)
-        hk_j = h_j * k[j]
-        if J * C != K:
-            hk_j = tl.where(j * C + o_c < K, hk_j, 0.0)  # the golden's zero padding
-        hk = hk + (hk_j,)
-    v = (v - fixed_order_sum_slabs(hk, BV, LOG2_J, LOG2_CL, LOG2_VEC)) * beta
-    hq = ()
-    for j in tl.static_range(J):
-        h_j = decayed[j] + v[:, None] * k[j]
         mask = mask_v[:, None] & (j * C + o_c < K)
-        tl.store(p_h + j * C * stride_state_k, round_to(h_j, state.dtype.element_ty), mask=mask)
-        hq_j = h_j * q[j]
-        if J * C != K:
-            hq_j = tl.where(j * C + o_c < K, hq_j, 0.0)
-        hq = hq + (hq_j,)
-    o = fixed_order_sum_slabs(hq, BV, LOG2_J, LOG2_CL, LOG2_VEC)
+        tl.store(p_h + j * C * stride_state_k, round_to(h[j], state.dtype.element_ty), mask=mask)
     tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
 
 
