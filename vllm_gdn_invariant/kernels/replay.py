@@ -64,7 +64,7 @@ from torch import Tensor
 
 from .conv import TRITON_DTYPES, convolve
 from .elementary import INTERPRETED, round_to, to_fp32
-from .launch import launch
+from .launch import Launcher, cdiv, next_power_of_2
 from .recurrent import (
     RecurrentConfig,
     RecurrentDims,
@@ -442,12 +442,12 @@ def replay_config(
     )
     split: RecurrentConfig = recurrent_config(recurrent_dims, state_dtype, interpreted)
     rows_per_warp = 32 >> split.log2_cl
-    block_v = triton.next_power_of_2(dims.head_v)
+    block_v = next_power_of_2(dims.head_v)
     if not interpreted:
         block_v = min(block_v, rows_per_warp * WARPS * MAX_ROWS_PER_THREAD)
         pairs = dims.num_sequences * dims.num_v_heads
         smallest = rows_per_warp * WARPS * MIN_ROWS_PER_THREAD
-        while block_v > smallest and pairs * triton.cdiv(dims.head_v, block_v) < multiprocessors:
+        while block_v > smallest and pairs * cdiv(dims.head_v, block_v) < multiprocessors:
             block_v //= 2
     return ReplayConfig(
         block_v=block_v,
@@ -505,7 +505,7 @@ def kernel_arguments(
     """(grid, positional arguments, constexpr arguments) of replay_kernel."""
     layout = conv_state if dim_first else conv_state.transpose(1, 2)  # [blocks, dim, W-1]
     operand_dtype = torch.promote_types(conv_state.dtype, conv_weight.dtype)
-    num_v_tiles = triton.cdiv(dims.head_v, config.block_v)
+    num_v_tiles = cdiv(dims.head_v, config.block_v)
     arguments = (
         x,
         a,
@@ -578,7 +578,13 @@ def tail_arguments(
         cu_seqlens.stride(0),
     )
     constexprs = {"DIM": dim, "W": dims.taps, "BLOCK_D": TAIL_BLOCK_D}
-    return (dims.num_sequences, triton.cdiv(dim, TAIL_BLOCK_D)), arguments, constexprs
+    return (dims.num_sequences, cdiv(dim, TAIL_BLOCK_D)), arguments, constexprs
+
+
+# One launch per response, so Triton's JIT launcher serves them (conv_bias may be None among
+# the tensors, which the direct launch's key does not take).
+LAUNCH_REPLAY = Launcher(replay_kernel, tensors=13, direct=False)
+LAUNCH_TAIL = Launcher(conv_tail_kernel, tensors=4, direct=False)
 
 
 def launch_replay(
@@ -626,15 +632,13 @@ def launch_replay(
         use_qk_l2norm=use_qk_l2norm,
         dim_first=dim_first,
     )
-    compiled = launch(
-        replay_kernel, grid, arguments, constexprs, num_warps=config.num_warps, device=x.device
+    compiled = LAUNCH_REPLAY(
+        grid, arguments, constexprs, num_warps=config.num_warps, device=x.device
     )
     grid, arguments, constexprs = tail_arguments(
         x, conv_state, conv_indices, cu_seqlens, dims, dim_first=dim_first
     )
-    tail = launch(
-        conv_tail_kernel, grid, arguments, constexprs, num_warps=TAIL_WARPS, device=x.device
-    )
+    tail = LAUNCH_TAIL(grid, arguments, constexprs, num_warps=TAIL_WARPS, device=x.device)
     return compiled, tail
 
 
