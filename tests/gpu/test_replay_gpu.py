@@ -73,7 +73,8 @@ def test_the_cuda_path_gives_the_goldens_bits_over_8192_tokens(dims, state_dtype
 def test_cuda_result_equals_cpu_result(state_dtype):
     case = qwen_case(QWEN3_NEXT_TP4_DIMS, [64, 1, 0, 17], state_dtype, seed=1, with_bias=True)
     cpu = replay_response(*case.args(), **case.all_kwargs())
-    cuda = replay_response(*to_cuda(case).args(), **case.all_kwargs())
+    on_cuda = to_cuda(case)
+    cuda = replay_response(*on_cuda.args(), **on_cuda.all_kwargs())
     assert differing_elements(tuple(t.cpu() for t in cuda), cpu) == BITWISE_EQUAL
 
 
