@@ -31,6 +31,7 @@ SUITE = (
     "tests/batch_invariance/test_chunk_grid.py",
     "tests/batch_invariance/test_history_scheduler.py",
     "tests/batch_invariance/test_history_cache_key.py",
+    "tests/batch_invariance/test_cache_hit.py",
     "tests/batch_invariance/test_autotune_pin.py",
     "tests/batch_invariance/test_align_block.py",
     "tests/batch_invariance/test_gated_norm.py",

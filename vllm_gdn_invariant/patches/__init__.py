@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from vllm_gdn_invariant.patches import (
     bi_align_block,
     bi_autotune,
+    bi_cache_hit,
     bi_chunk_grid,
     bi_gated_norm,
     bi_packed_decode,
@@ -167,6 +168,17 @@ INDEX: tuple[Entry, ...] = (
         remove_when="vLLM aligns GDN mamba blocks to the chunk grid under batch-invariant mode.",
         when=BATCH_INVARIANT,
         patches=lambda selection: [bi_align_block.align_block_patch()],
+    ),
+    Entry(
+        file="bi_cache_hit.py",
+        targets=("HybridKVCacheCoordinator.find_longest_cache_hit",),
+        why="under batch-invariant mode a prefix-cache hit never leaves a Qwen GDN prompt a "
+        "single token to compute.",
+        upstream="none.",
+        remove_when="vLLM computes the rest of a cached prompt on the prefill path whatever its "
+        "length, or GDN decode reproduces the chunk kernels' bits.",
+        when=BATCH_INVARIANT,
+        patches=lambda selection: [bi_cache_hit.cache_hit_patch()],
     ),
     Entry(
         file="bi_gated_norm.py",

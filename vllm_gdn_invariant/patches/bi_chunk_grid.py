@@ -23,7 +23,13 @@ the 64-token grid of the GDN chunk kernels.
   A prompt whose last chunk would be a single token (a cut one token before the end) is cut
   one grid step earlier instead, when the scheduler can ever give the longer tail in one
   chunk: vLLM counts a one-token chunk after computed tokens as a decode row, so that token
-  would take the decode kernels where the uncut prompt takes the chunk kernels.
+  would take the decode kernels where the uncut prompt takes the chunk kernels. In align mode
+  vLLM itself stops a prompt's chunk at its last block boundary to cache the state there,
+  which leaves a one-token chunk when the prompt is one token longer than a multiple of the
+  block; that chunk runs to the prompt's end instead (vLLM exempts a prefill's last chunk from
+  block alignment), or the tail rule would hold the prompt back for ever. For the same reason
+  ``__init__`` tells the KV cache coordinator to leave a cached prompt at least two tokens
+  (``bi_cache_hit.py``).
 * **History replay** (``history_replay.py``): a request recomputed after preemption has
   generated tokens after its prompt. With the replay on, the grid is the prompt's own (chunks
   end on it and at the prompt's end, never across it), and the chunks over the generated
@@ -45,6 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vllm_gdn_invariant.patches.base import Patch, SourceTarget
+from vllm_gdn_invariant.patches.bi_cache_hit import shorten_hits
 from vllm_gdn_invariant.patches.bi_patch import (
     CHUNK_GRID,
     GROUP,
@@ -160,6 +167,7 @@ def grid_init(original: Callable[..., None], history: bool) -> Callable[..., Non
         setattr(self, GRID_ATTR, CHUNK_GRID)
         setattr(self, TAIL_ATTR, tail_step(self))
         self.need_mamba_block_aligned_split = True
+        shorten_hits(self.kv_cache_manager.coordinator)
         if history:
             setattr(self, HISTORY_ATTR, True)
             salt_generated_blocks()
@@ -192,6 +200,16 @@ def make_history_init(original: Callable[..., None]) -> Callable[..., None]:
     return __init__
 
 
+def whole_tail(start: int, sized: int, asked: int, prefill_end: int) -> int:
+    """A chunk vLLM's align-mode sizing stopped one token before the prefill's end (at the last
+    block boundary, to cache its state) runs to the end when the tokens asked for reach it:
+    vLLM exempts the prefill's last chunk from ending on a block boundary, and a one-token
+    chunk would run the decode kernels."""
+    if start + sized == prefill_end - 1 and start + asked >= prefill_end:
+        return prefill_end - start
+    return sized
+
+
 def make_split(original: Callable[..., int]) -> Callable[..., int]:
     """The replacement ``_mamba_block_aligned_split``: vLLM's align-mode sizing where it
     applies, then the grid for Qwen GDN models."""
@@ -203,14 +221,6 @@ def make_split(original: Callable[..., int]) -> Callable[..., int]:
         num_new_local_computed_tokens: int = 0,
         num_external_computed_tokens: int = 0,
     ) -> int:
-        if self.cache_config.mamba_cache_mode == "align":
-            num_new_tokens = original(
-                self,
-                request,
-                num_new_tokens,
-                num_new_local_computed_tokens,
-                num_external_computed_tokens,
-            )
         start = (
             request.num_computed_tokens
             + num_new_local_computed_tokens
@@ -218,9 +228,21 @@ def make_split(original: Callable[..., int]) -> Callable[..., int]:
         )
         prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
         if getattr(self, HISTORY_ATTR, False):
-            num_new_tokens = history_limited(start, num_new_tokens, request.num_prompt_tokens)
             prefill_end = request.num_prompt_tokens
         grid = getattr(self, GRID_ATTR, None)
+        if self.cache_config.mamba_cache_mode == "align":
+            asked = num_new_tokens
+            num_new_tokens = original(
+                self,
+                request,
+                num_new_tokens,
+                num_new_local_computed_tokens,
+                num_external_computed_tokens,
+            )
+            if grid is not None:
+                num_new_tokens = whole_tail(start, num_new_tokens, asked, prefill_end)
+        if getattr(self, HISTORY_ATTR, False):
+            num_new_tokens = history_limited(start, num_new_tokens, request.num_prompt_tokens)
         if grid is None:
             return num_new_tokens
         return grid_limited(start, num_new_tokens, prefill_end, grid, getattr(self, TAIL_ATTR, 0))

@@ -28,6 +28,7 @@ from vllm_gdn_invariant.patches.bi_align_block import (
     UPDATE_BLOCK_SIZE,
 )
 from vllm_gdn_invariant.patches.bi_autotune import TARGETS as AUTOTUNED_TARGETS
+from vllm_gdn_invariant.patches.bi_cache_hit import COMPUTED_BLOCKS, HYBRID_HIT, REQUEST_MAX_HIT
 from vllm_gdn_invariant.patches.bi_chunk_grid import (
     ALIGNED_SPLIT,
     SCHEDULE,
@@ -654,6 +655,34 @@ _BY_TARGET = {
         "0.32.0": "438e235520f76e3c",
         "0.33.0": "54fb841eb6020c13",
         "0.34.0": "54fb841eb6020c13",
+    },
+    # Prefix-cache hits of a Qwen GDN prompt (bi_cache_hit.py).
+    HYBRID_HIT.key: {
+        "0.26.0": "a1a9fd6cc6f368c5",
+        "0.27.0": "a1a9fd6cc6f368c5",
+        "0.27.1": "a1a9fd6cc6f368c5",
+        "0.28.0": "a1a9fd6cc6f368c5",
+        "0.29.0": "1125b7bee74c99a5",
+        "0.30.0": "45ae4ef773a485bc",
+        "0.31.0": "59e5a73cb2fea6a2",
+        "0.32.0": "34ac3387f209ea60",
+        "0.33.0": "34ac3387f209ea60",
+        "0.34.0": "34ac3387f209ea60",
+    },
+    COMPUTED_BLOCKS.key: {
+        "0.26.0": "d353a275e80d9854",
+        "0.27.0": "5eec7dcc37275080",
+        "0.27.1": "5eec7dcc37275080",
+        "0.28.0": "5eec7dcc37275080",
+        "0.29.0": "d5954b3e87a039a0",
+        "0.30.0": "82a9a73aa4fee0eb",
+        "0.31.0": "be9daa362e13ca7f",
+        "0.32.0": "be9daa362e13ca7f",
+        "0.33.0": "0827f24cae40958f",
+        "0.34.0": "46d7a8fa7f4d9e30",
+    },
+    REQUEST_MAX_HIT.key: {
+        "0.34.0": "4d9cece4056695e0",
     },
     # Block hashes: the cache key of blocks past a prompt (history_cache_key.py).
     EXTRA_KEYS.key: {
