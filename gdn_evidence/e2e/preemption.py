@@ -145,8 +145,6 @@ class EngineProbe:
         self.replay_steps = 0
         self.replay_tokens = 0
         self.replay_seconds = 0.0
-        self._module = replayed_forward_core
-        self._replay = replayed_forward_core.replay_history
         preempt = self.scheduler._preempt_request
         schedule = self.scheduler.schedule
 
@@ -169,17 +167,20 @@ class EngineProbe:
             self.mixed_steps += prompt and history
             return output
 
-        def timed_replay(layer, attn_metadata, plan, *tensors):
-            import torch
+        def timed(replay):
+            def timed_replay(layer, attn_metadata, plan, *tensors):
+                import torch
 
-            sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
-            sync()
-            start = time.perf_counter()
-            self._replay(layer, attn_metadata, plan, *tensors)
-            sync()
-            self.replay_seconds += time.perf_counter() - start
-            self.replay_steps += 1
-            self.replay_tokens += plan.num_tokens
+                sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
+                sync()
+                start = time.perf_counter()
+                replay(layer, attn_metadata, plan, *tensors)
+                sync()
+                self.replay_seconds += time.perf_counter() - start
+                self.replay_steps += 1
+                self.replay_tokens += plan.num_tokens
+
+            return timed_replay
 
         manager = self.scheduler.kv_cache_manager
         lookup = manager.get_computed_blocks
@@ -200,7 +201,9 @@ class EngineProbe:
         self.scheduler._preempt_request = count_preemption
         self.scheduler.schedule = observe
         manager.get_computed_blocks = observe_lookup
-        replayed_forward_core.replay_history = timed_replay
+        # both replays: per token position (mode route), in one call (mode golden)
+        for name in ("replay_history", "replay_history_in_one_call"):
+            setattr(replayed_forward_core, name, timed(getattr(replayed_forward_core, name)))
 
     def reset(self) -> None:
         self.preemptions = self.mixed_steps = self.replay_steps = self.replay_tokens = 0

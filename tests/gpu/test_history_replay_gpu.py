@@ -2,7 +2,8 @@
 
 A step with decode rows, prefills and history rows (requests past their prompt) goes through
 vLLM's real builder and the patched ``_forward_core`` with vLLM's Triton kernels (or, in mode
-golden, the golden-matched kernels); the history rows' outputs and final states must be the
+golden, the golden-matched kernels, the history tokens in one call of the replay kernels); the
+history rows' outputs and final states must be the
 bits of the same tokens run as decode-only steps, token after token. Negative control: the
 same rows left on the chunk kernels differ. Skipped without CUDA.
 """
@@ -95,7 +96,7 @@ def decode_steps(vllm_config, dims, state, requests, inputs, rows):
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_history_rows_get_their_decode_steps_bits_on_vllms_kernels(dims, state_dtype, mode):
     vllm_config = make_vllm_config(dims, state_dtype)
-    patches = [routing_patch(history_replay=True)]
+    patches = [routing_patch(history_replay=True, golden=mode == "golden")]
     if mode == "golden":
         patches += golden_decode_patches()[:1]
     g = torch.Generator().manual_seed(5)

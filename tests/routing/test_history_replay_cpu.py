@@ -337,3 +337,15 @@ def test_replay_gaps_name_speculative_decoding_and_in_chunk_checkpoints():
     assert replay.replay_gaps(config(object())) == [replay.SPECULATIVE_NOTE]
     spec = dataclasses.make_dataclass("S", [("num_prefill_checkpoint_blocks", int)])
     assert replay.replay_gaps(config(None), spec(1)) == [replay.CHECKPOINT_NOTE]
+
+
+def test_the_plan_lays_the_rows_tokens_out_row_after_row(setup):
+    _, vllm_config = setup
+    metadata = build_metadata(vllm_config, STEP, CPU)
+    plan = history_plan(common_metadata(STEP, CPU), metadata)
+    starts = token_ranges(STEP)
+    expected = [starts[r] + t for r in (3, 5, 6) for t in range(STEP[r].query_len)]
+    assert plan.sequence_order.tolist() == expected
+    assert plan.cu_seqlens.tolist() == [0, 7, 12, 14]
+    assert sorted(plan.sequence_order.tolist()) == sorted(plan.order.tolist())
+

@@ -117,7 +117,11 @@ INDEX: tuple[Entry, ...] = (
         remove_when="a supported vLLM runs the decode rows of mixed steps through the "
         "decode-only kernels itself (PR #49827 or equivalent merged, default on)",
         when=When(PATCHING_MODES),
-        patches=lambda selection: [routing_patch(history_replay=selection.replay)],
+        patches=lambda selection: [
+            routing_patch(
+                history_replay=selection.replay, golden=selection.mode is Mode.GOLDEN
+            )
+        ],
     ),
     Entry(
         file="bi_selector.py",

@@ -8,6 +8,7 @@ import torch
 from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
 
 from vllm_gdn_invariant.golden import conv_update, recurrent_step
+from vllm_gdn_invariant.kernels.replay import replay_tokens
 from vllm_gdn_invariant.kernels.serving import decode_step
 from vllm_gdn_invariant.patches.routed_forward_core import gdn_invariant_split_mixed_step
 
@@ -49,6 +50,41 @@ def golden_forward_core_decode_non_spec(
         dim_first=is_conv_state_dim_first(),
     )
     core_attn_out[:num_actual_tokens] = out.squeeze(1)
+
+
+def golden_replay_tokens(
+    layer,
+    mixed_qkv: torch.Tensor,
+    b: torch.Tensor,
+    a: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    state_indices: torch.Tensor,
+    out: torch.Tensor,
+) -> None:
+    """Every token of packed rows (row ``s``'s at ``cu_seqlens[s]:cu_seqlens[s + 1]``) as mode
+    golden's decode steps, token after token, in one call of the replay kernels
+    (``kernels/replay.py``): ``out`` receives the outputs, the rows' conv and recurrent blocks
+    (``state_indices``) end in the states after their last token; bitwise
+    :func:`golden_forward_core_decode_non_spec` applied to one token of every row at a time."""
+    replay_tokens(
+        mixed_qkv,
+        a,
+        b,
+        layer.A_log,
+        layer.dt_bias,
+        conv_weight_2d(layer),
+        layer.conv1d.bias,
+        layer.kv_cache[0],
+        state_indices,
+        layer.kv_cache[1],
+        state_indices,
+        cu_seqlens,
+        num_k_heads=layer.num_k_heads // layer.tp_size,
+        scale=layer.head_k_dim**-0.5,
+        activation=layer.activation,
+        dim_first=is_conv_state_dim_first(),
+        out=out,
+    )
 
 
 def compact_blocks(cache: torch.Tensor, indices: torch.Tensor):

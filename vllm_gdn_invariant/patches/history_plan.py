@@ -20,6 +20,7 @@ vLLM's ``GDNAttentionMetadataBuilder.build`` attaches the plan to the metadata i
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,9 @@ class HistoryPlan:
     ``lengths``: their token counts. ``order`` (device, int64): the step's token index of
     every history token, step ``t``'s tokens at ``offsets[t]:offsets[t] + counts[t]``.
     ``state_indices`` (device): the rows' state blocks, in ``rows`` order.
+    ``sequence_order`` (device, int64): the same tokens row after row, in ``rows`` order, and
+    ``cu_seqlens`` (device, int32): where each row's tokens start in it (the layout of a replay
+    that runs every token of a row in one call).
     """
 
     rows: tuple[int, ...]
@@ -64,6 +68,8 @@ class HistoryPlan:
     counts: tuple[int, ...]
     order: torch.Tensor
     state_indices: torch.Tensor
+    sequence_order: torch.Tensor
+    cu_seqlens: torch.Tensor
     views: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -118,13 +124,20 @@ def history_plan(
     device = metadata.non_spec_state_indices_tensor.device
     order_cpu = torch.tensor(order, dtype=torch.int64)
     rows_cpu = torch.tensor(rows, dtype=torch.int64)
+    row_lengths = [lengths[row] for row in rows]
+    sequence_cpu = torch.tensor(
+        [starts[row] + t for row in rows for t in range(lengths[row])], dtype=torch.int64
+    )
+    cu_seqlens_cpu = torch.tensor([0, *itertools.accumulate(row_lengths)], dtype=torch.int32)
     return HistoryPlan(
         rows=tuple(rows),
-        lengths=tuple(lengths[row] for row in rows),
+        lengths=tuple(row_lengths),
         offsets=tuple(offsets),
         counts=tuple(counts),
         order=order_cpu.to(device, non_blocking=True),
         state_indices=metadata.non_spec_state_indices_tensor.index_select(
             0, rows_cpu.to(device, non_blocking=True)
         ),
+        sequence_order=sequence_cpu.to(device, non_blocking=True),
+        cu_seqlens=cu_seqlens_cpu.to(device, non_blocking=True),
     )

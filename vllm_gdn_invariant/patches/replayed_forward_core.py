@@ -17,6 +17,11 @@ with other rounding. :func:`replayed_forward_core`:
 The history rows' outputs and final blocks are therefore the bits of their decode steps,
 token after token; every other row is exactly what the routing gives it. Steps without a plan
 go to :func:`routed_forward_core` unchanged.
+
+In mode golden the decode steps are the golden kernels', whose arithmetic the replay kernels
+(``kernels/replay.py``) run over many tokens per call: :func:`golden_replayed_forward_core`
+replays every history token of the step in one call (:func:`replay_history_in_one_call`, the
+rows' tokens row after row) instead of one call per token position, with the same bits.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import dataclasses
 import torch
 
 from vllm_gdn_invariant.patches import routed_forward_core as routing
+from vllm_gdn_invariant.patches.golden_decode_step import golden_replay_tokens
 from vllm_gdn_invariant.patches.history_plan import PLAN_ATTR, HistoryPlan
 
 
@@ -85,21 +91,29 @@ def replay_history(
         )
 
 
-def replayed_forward_core(
-    self,
+def replay_history_in_one_call(
+    layer,
+    attn_metadata,
+    plan: HistoryPlan,
     mixed_qkv: torch.Tensor,
     b: torch.Tensor,
     a: torch.Tensor,
-    core_attn_out: torch.Tensor,
-):
-    """Recomputed history rows replay their decode steps; all else as routed
-    (vllm-gdn-invariant)."""
+    out: torch.Tensor,
+) -> None:
+    """Replay the plan's history tokens (inputs row after row, ``plan.sequence_order``) as mode
+    golden's decode steps in one call of the replay kernels; ``out`` receives their outputs."""
+    golden_replay_tokens(layer, mixed_qkv, b, a, plan.cu_seqlens, plan.state_indices, out)
+
+
+def forward_core_with_history(self, mixed_qkv, b, a, core_attn_out, *, in_one_call: bool):
+    """The step as routed, then the plan's history rows replayed in place: per token position
+    through the layer's decode path, or (``in_one_call``, mode golden) in one call."""
     layer_metadata = routing.get_forward_context().attn_metadata
     attn_metadata = layer_metadata.get(self.prefix) if isinstance(layer_metadata, dict) else None
     plan = getattr(attn_metadata, PLAN_ATTR, None)
     if plan is None:
         return routing.routed_forward_core(self, mixed_qkv, b, a, core_attn_out)
-    order = plan.order
+    order = plan.sequence_order if in_one_call else plan.order
     history_qkv = mixed_qkv.index_select(0, order)
     history_b = b.index_select(0, order)
     history_a = a.index_select(0, order)
@@ -111,5 +125,30 @@ def replayed_forward_core(
     conv_cache.index_copy_(0, blocks, saved_conv)
     ssm_cache.index_copy_(0, blocks, saved_ssm)
     history_out = core_attn_out.new_empty((plan.num_tokens, *core_attn_out.shape[1:]))
-    replay_history(self, attn_metadata, plan, history_qkv, history_b, history_a, history_out)
+    replay = replay_history_in_one_call if in_one_call else replay_history
+    replay(self, attn_metadata, plan, history_qkv, history_b, history_a, history_out)
     core_attn_out.index_copy_(0, order, history_out)
+
+
+def replayed_forward_core(
+    self,
+    mixed_qkv: torch.Tensor,
+    b: torch.Tensor,
+    a: torch.Tensor,
+    core_attn_out: torch.Tensor,
+):
+    """Recomputed history rows replay their decode steps; all else as routed
+    (vllm-gdn-invariant)."""
+    return forward_core_with_history(self, mixed_qkv, b, a, core_attn_out, in_one_call=False)
+
+
+def golden_replayed_forward_core(
+    self,
+    mixed_qkv: torch.Tensor,
+    b: torch.Tensor,
+    a: torch.Tensor,
+    core_attn_out: torch.Tensor,
+):
+    """Recomputed history rows replay mode golden's decode steps in one call; all else as
+    routed (vllm-gdn-invariant, mode golden)."""
+    return forward_core_with_history(self, mixed_qkv, b, a, core_attn_out, in_one_call=True)

@@ -96,15 +96,28 @@ def load_replayed_forward_core(original: Any) -> Callable[..., Any]:
     return replayed_forward_core
 
 
-def routing_patch(history_replay: bool = False) -> Patch:
+def load_golden_replayed_forward_core(original: Any) -> Callable[..., Any]:
+    """The replacement with decode-history replay in one call per step (mode golden),
+    :func:`~.replayed_forward_core.golden_replayed_forward_core` (imports vLLM)."""
+    from vllm_gdn_invariant.patches.replayed_forward_core import golden_replayed_forward_core
+
+    return golden_replayed_forward_core
+
+
+def routing_patch(history_replay: bool = False, golden: bool = False) -> Patch:
     """The patch object (one per application: it records what it replaced).
 
     ``history_replay``: the replacement also replays recomputed history rows
-    (``history_replay.py``).
+    (``history_replay.py``); with ``golden`` (mode golden) all of a step's history tokens in one
+    call of the replay kernels.
     """
+    if history_replay:
+        replacement = load_golden_replayed_forward_core if golden else load_replayed_forward_core
+    else:
+        replacement = load_routed_forward_core
     return Patch(
         target=FORWARD_CORE,
-        replacement=load_replayed_forward_core if history_replay else load_routed_forward_core,
+        replacement=replacement,
         keep_original_as=UPSTREAM_NAME,
         why="mixed decode+prefill steps: decode rows run causal_conv1d_update and "
         "fused_recurrent_gated_delta_rule_packed_decode, as in decode-only steps",
