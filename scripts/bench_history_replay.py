@@ -8,7 +8,9 @@
   (``torch.profiler``) for each.
 * Recomputed history (R rows of L generated tokens each): the replay (one decode step of
   vLLM's decode kernels per token position) against the same rows on the chunk kernels, wall
-  time per step with the device synchronized; per replayed token.
+  time per step with the device synchronized; per replayed token. In mode golden, the replay
+  one golden decode step per token position against all history tokens in one call of the
+  replay kernels (``kernels/replay.py``).
 
 Usage (GPU machine, vLLM's Python code on PYTHONPATH, e.g. the engine bundle):
     python scripts/bench_history_replay.py --out $OUT/bench_history_replay.json
@@ -40,6 +42,7 @@ from gdn_evidence.harness.layer import (
 )
 from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.patches import applied, routing_patch
+from vllm_gdn_invariant.patches.golden_decode import golden_decode_patches
 from vllm_gdn_invariant.patches.history_replay import builder_patch
 
 CUDA = torch.device("cuda")
@@ -133,6 +136,26 @@ def never_preempted(vllm_config, rounds: int) -> dict:
     return results
 
 
+def history_arms():
+    """The history cost's arms: mode route's replay, the chunk kernels, and mode golden's
+    replay per token position and in one call."""
+    golden_decode = golden_decode_patches()[:1]  # the CUDA decode path
+    return {
+        "replay": arms()["routing+replay"],
+        "chunk kernels": arms()["routing"],
+        "golden per position": [
+            routing_patch(history_replay=True),
+            builder_patch(),
+            *golden_decode,
+        ],
+        "golden in one call": [
+            routing_patch(history_replay=True, golden=True),
+            builder_patch(),
+            *golden_decode_patches()[:1],
+        ],
+    }
+
+
 def history_cost(vllm_config, rounds: int) -> dict:
     results = {}
     for name, (rows, length) in HISTORY.items():
@@ -140,22 +163,30 @@ def history_cost(vllm_config, rounds: int) -> dict:
         g = torch.Generator().manual_seed(2)
         state = make_layer_state(DIMS, torch.float32, rows + 2, CUDA, g)
         inputs = step_inputs(DIMS, rows * length, CUDA, g)
-        timings = {"replay": [], "chunk kernels": []}
-        patches = {"replay": arms()["routing+replay"], "chunk kernels": arms()["routing"]}
-        for arm in timings:  # warm up
-            with applied(patches[arm]):
+        timings = {arm: [] for arm in history_arms()}
+        for patches in history_arms().values():  # warm up
+            with applied(patches):
                 one_step(vllm_config, state, requests, inputs)
-        for _ in range(rounds):
-            for arm in timings:
-                with applied(patches[arm]):
+        for r in range(rounds):
+            order = list(history_arms().items())
+            if r % 2:
+                order.reverse()
+            for arm, patches in order:
+                with applied(patches):
                     timings[arm].append(one_step(vllm_config, state, requests, inputs))
         medians = {arm: statistics.median(v) * 1e3 for arm, v in timings.items()}
+
+        def per_token(arm: str) -> float:
+            return (medians[arm] - medians["chunk kernels"]) * 1e3 / (rows * length)
+
         results[name] = {
             "wall_ms_median": medians,
-            "replay_us_per_token": (medians["replay"] - medians["chunk kernels"])
-            * 1e3
-            / (rows * length),
+            "replay_us_per_token": per_token("replay"),
             "replay_us_per_position": medians["replay"] * 1e3 / length,
+            "golden_per_position_us_per_token": per_token("golden per position"),
+            "golden_in_one_call_us_per_token": per_token("golden in one call"),
+            "golden_one_call_speedup": (medians["golden per position"] - medians["chunk kernels"])
+            / (medians["golden in one call"] - medians["chunk kernels"]),
         }
     return results
 
