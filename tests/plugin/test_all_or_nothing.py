@@ -66,7 +66,7 @@ def every_kind() -> list[Patch]:
     """Every patch of every mode and release whose module this vLLM has, and a binding: a
     method with its original kept (routing, golden), a module function, a classmethod, a
     Triton kernel object, a wrapper with a process setup (shadow), a binding."""
-    patches = select(Selection(Mode.GOLDEN, batch_invariant=True, shadow=SHADOW))
+    patches = select(Selection(Mode.GOLDEN, batch_invariant=True, shadow=SHADOW, replay=True))
     patches = [p for p in patches if p.binding is None or has_module(p.binding)]
     patches.append(binding_patch())
     kinds = {p.kind for p in patches}
