@@ -1,4 +1,5 @@
-"""Shared fixtures: published vLLM wheels, read without installing them."""
+"""Shared fixtures: published vLLM wheels, read without installing them; the pair of
+``vllm serve`` runs the serve tests share; vLLM's GDN kernels replaced by CPU stand-ins."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from .serving import Served
 
 WHEEL_CACHE = Path(
     os.environ.get(
@@ -91,3 +96,13 @@ def standin_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in standins.KERNELS_SINCE_0_34:
         if hasattr(qwen, name):
             monkeypatch.setattr(qwen, name, getattr(standins, name))
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory) -> dict[str, Served]:
+    """``vllm serve`` in route mode with the shadow checker on ("on") and off ("off"), run once
+    for every test that reads them (tests/serving.py)."""
+    # imported here, not at the top: every test session loads this file, few start a server
+    from .serving import serve_shadow_on_and_off
+
+    return serve_shadow_on_and_off(tmp_path_factory.mktemp("serve"))
