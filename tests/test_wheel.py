@@ -26,6 +26,10 @@ def setuptools_version() -> Version | None:
         return None
 
 
+# pip builds the wheel in the first test (its own limit: 300 s)
+pytestmark = pytest.mark.timeout(600)
+
+
 @pytest.fixture(scope="module")
 def wheel_names(tmp_path_factory) -> list[str]:
     """The names in the wheel, built without build isolation (no index needed) from a copy

@@ -13,7 +13,8 @@ from vllm_gdn_invariant.models.tiny import write_tiny_model
 from ..conftest import requires_ci_environment
 from ..serving import PROMPT_WORDS, START_TIMEOUT_S, free_port, plugin_env, serve_command
 
-pytestmark = [pytest.mark.engine, requires_ci_environment]
+# the first test to read ``served`` starts the pair of servers (~1.5-3 min)
+pytestmark = [pytest.mark.engine, requires_ci_environment, pytest.mark.timeout(1200)]
 
 
 def test_vllm_serve_answers_with_the_plugin_loaded_in_every_process(served):

@@ -34,7 +34,8 @@ from ..serving import (
     prompts,
 )
 
-pytestmark = [pytest.mark.engine, requires_ci_environment]
+# the first test to read ``served`` starts the pair of servers (~1.5-3 min)
+pytestmark = [pytest.mark.engine, requires_ci_environment, pytest.mark.timeout(1200)]
 
 GDN_LAYERS = [f"model.layers.{i}.linear_attn" for i in range(3)]  # layer 3 is full attention
 FIELDS = ("output", "recurrent_state", "conv_state")
