@@ -46,9 +46,6 @@ def release_tree(version: str) -> Path:
 
 def release_env(version: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_GDN_INVARIANT")}
-    # the tree's bytecode is written beside it on first import and read by later runs (the
-    # tree has none: a wheel's files extracted; ~10 s of each run's vLLM import)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
         PYTHONPATH=os.pathsep.join([str(release_tree(version)), str(SITE), str(ROOT)]),
         GDN_INVARIANT_RELEASE_RUN="1",
