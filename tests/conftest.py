@@ -1,7 +1,9 @@
-"""Shared fixtures: published vLLM wheels, read without installing them."""
+"""Shared fixtures: published vLLM wheels, read without installing them; the pair of
+``vllm serve`` runs the serve tests share; vLLM's GDN kernels replaced by CPU stand-ins."""
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import subprocess
@@ -9,8 +11,12 @@ import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from .serving import Served
 
 WHEEL_CACHE = Path(
     os.environ.get(
@@ -45,9 +51,17 @@ def vllm_wheel(version: str) -> Path:
     return found[0]
 
 
+@functools.cache
+def wheel_archive(version: str) -> zipfile.ZipFile:
+    """The CUDA vLLM wheel of ``version``, opened once per session (its directory of ~6000
+    names takes ~0.1 s to read)."""
+    return zipfile.ZipFile(vllm_wheel(version))
+
+
+@functools.cache
 def read_from_wheel(version: str, path_in_package: str) -> str:
-    with zipfile.ZipFile(vllm_wheel(version)) as wheel:
-        return wheel.read(path_in_package).decode("utf-8")
+    """A file's text in the wheel of ``version`` (KeyError when the wheel has no such file)."""
+    return wheel_archive(version).read(path_in_package).decode("utf-8")
 
 
 @pytest.fixture(scope="session")
@@ -91,3 +105,13 @@ def standin_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in standins.KERNELS_SINCE_0_34:
         if hasattr(qwen, name):
             monkeypatch.setattr(qwen, name, getattr(standins, name))
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory) -> dict[str, Served]:
+    """``vllm serve`` in route mode with the shadow checker on ("on") and off ("off"), run once
+    for every test that reads them (tests/serving.py)."""
+    # imported here, not at the top: every test session loads this file, few start a server
+    from .serving import serve_shadow_on_and_off
+
+    return serve_shadow_on_and_off(tmp_path_factory.mktemp("serve"))

@@ -27,6 +27,10 @@ def setuptools_version() -> Version | None:
         return None
 
 
+# pip builds the wheel in the first test (its own limit: 300 s)
+pytestmark = pytest.mark.timeout(600)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> dict[str, bytes]:
     """The wheel's members (name: bytes), built without build isolation (no index needed) from

@@ -11,7 +11,8 @@ import pytest
 
 from ..conftest import requires_ci_environment
 
-pytestmark = [pytest.mark.engine, requires_ci_environment]
+# the demo's engine run takes ~1.5-2.5 min on the 2-core CI machine
+pytestmark = [pytest.mark.engine, requires_ci_environment, pytest.mark.timeout(1200)]
 
 
 def test_demo_runs_offline_with_the_plugin_and_reports_the_target(tmp_path):

@@ -1,4 +1,5 @@
-"""The installed entry point, and vLLM's own plugin loader calling it (or not)."""
+"""The installed entry point, and vLLM's own plugin loader calling it (or not): once in a
+fresh interpreter with the real ``register``, and for each ``VLLM_PLUGINS`` value here."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import subprocess
 import sys
 
 import pytest
+import vllm.plugins
+
+from vllm_gdn_invariant.plugin import entry
 
 from ..conftest import requires_ci_environment
 
@@ -32,17 +36,12 @@ def test_entry_point_is_installed_in_vllms_group():
         if ep.name == "gdn_invariant"
     ]
     assert ep.value == "vllm_gdn_invariant.plugin.entry:register"
-    from vllm_gdn_invariant.plugin.entry import register
-
-    assert ep.load() is register
+    assert ep.load() is entry.register
 
 
-@pytest.mark.parametrize(
-    "plugins, called", [("gdn_invariant", True), ("other", False), ("other,gdn_invariant", True)]
-)
-def test_vllms_loader_calls_register_only_when_named(plugins, called):
+def test_vllms_loader_calls_the_real_register_in_a_fresh_interpreter():
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_GDN_INVARIANT")}
-    env["VLLM_PLUGINS"] = plugins
+    env["VLLM_PLUGINS"] = "gdn_invariant"
     proc = subprocess.run(
         [sys.executable, "-c", LOADER_PROBE],
         env=env,
@@ -53,4 +52,19 @@ def test_vllms_loader_calls_register_only_when_named(plugins, called):
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, proc.stdout + proc.stderr
     result = json.loads(lines[-1][len("RESULT ") :])
-    assert result == {"called": called, "applied": called}
+    assert result == {"called": True, "applied": True}
+
+
+@pytest.mark.parametrize(
+    "plugins, called", [("gdn_invariant", True), ("other", False), ("other,gdn_invariant", True)]
+)
+def test_vllms_loader_calls_register_only_when_named(monkeypatch, plugins, called):
+    """vLLM's loader in this process, with its once-per-process flag cleared; it resolves the
+    entry point to ``entry.register``, here a recorder."""
+    calls = []
+    monkeypatch.setattr(entry, "register", lambda: calls.append(plugins))
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
+    monkeypatch.setenv("VLLM_PLUGINS", plugins)
+    vllm.plugins.load_general_plugins()
+    assert calls == ([plugins] if called else [])
+    assert vllm.plugins.plugins_loaded

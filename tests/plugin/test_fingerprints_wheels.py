@@ -13,7 +13,8 @@ from vllm_gdn_invariant.plugin.versions import (
     guarded_targets,
 )
 
-pytestmark = pytest.mark.wheels
+# a version's first test downloads its wheel (~300 MB) when the cache lacks it
+pytestmark = [pytest.mark.wheels, pytest.mark.timeout(1200)]
 
 
 def all_targets():

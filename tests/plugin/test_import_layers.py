@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import vllm_gdn_invariant
 
 PLUGIN_PATH = (
@@ -25,27 +27,37 @@ EVIDENCE = ("gdn_evidence",)
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: where gdn_evidence is found
 
 
-def loaded_after_importing(modules: tuple[str, ...]) -> list[str]:
+def loaded_after_each_import(*groups: tuple[str, ...]) -> list[list[str]]:
+    """``sys.modules`` of one fresh interpreter after importing each group of modules in turn."""
     code = (
         "import importlib, json, sys\n"
-        f"for name in {list(modules)!r}: importlib.import_module(name)\n"
-        "print(json.dumps(sorted(sys.modules)))"
+        f"for group in {[list(g) for g in groups]!r}:\n"
+        "    for name in group: importlib.import_module(name)\n"
+        "    print('MODULES ' + json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
-    return json.loads(out.stdout.splitlines()[-1])
+    found = [line for line in out.stdout.splitlines() if line.startswith("MODULES ")]
+    assert len(found) == len(groups), out.stdout + out.stderr
+    return [json.loads(line[len("MODULES ") :]) for line in found]
 
 
-def test_serving_modules_load_no_evidence_module():
-    loaded = loaded_after_importing(PLUGIN_PATH)
-    assert "vllm_gdn_invariant.shadow.checker" in loaded  # the import ran
-    assert [m for m in loaded if m.startswith(EVIDENCE)] == []
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, list[str]]:
+    """The modules loaded after the plugin's import path, then after an evidence module too
+    (one interpreter: vLLM is imported once)."""
+    serving, evidence = loaded_after_each_import(PLUGIN_PATH, ("gdn_evidence.harness.shadow_case",))
+    return {"serving": serving, "evidence": evidence}
 
 
-def test_the_check_sees_an_evidence_import():
-    loaded = loaded_after_importing(("gdn_evidence.harness.shadow_case",))
-    assert [m for m in loaded if m.startswith(EVIDENCE)]  # so the test above can fail
+def test_serving_modules_load_no_evidence_module(loaded):
+    assert "vllm_gdn_invariant.shadow.checker" in loaded["serving"]  # the import ran
+    assert [m for m in loaded["serving"] if m.startswith(EVIDENCE)] == []
+
+
+def test_the_check_sees_an_evidence_import(loaded):
+    assert [m for m in loaded["evidence"] if m.startswith(EVIDENCE)]  # so the test above can fail
 
 
 PACKAGE = Path(vllm_gdn_invariant.__file__).parent

@@ -18,7 +18,9 @@ from vllm_gdn_invariant.plugin.versions import SUPPORTED_VERSIONS
 
 from .overlay import ROOT, release_env, release_tree
 
-pytestmark = pytest.mark.wheels
+# the first test downloads missing wheels, extracts them and runs every release's suite
+# (~1-3 min each, two at a time)
+pytestmark = [pytest.mark.wheels, pytest.mark.timeout(3600)]
 
 SUITE = (
     "tests/releases/test_release_identity.py",

@@ -19,7 +19,8 @@ from vllm_gdn_invariant.patches.diffs import (
 from vllm_gdn_invariant.plugin.fingerprint import fingerprint
 from vllm_gdn_invariant.plugin.versions import FINGERPRINTS, FORWARD_CORE, SUPPORTED_VERSIONS
 
-pytestmark = pytest.mark.wheels
+# a version's first test downloads its wheel (~300 MB) when the cache lacks it
+pytestmark = [pytest.mark.wheels, pytest.mark.timeout(1200)]
 
 ROOT = Path(__file__).resolve().parents[2]
 DIFFS_FOLDER = "vllm-diffs"

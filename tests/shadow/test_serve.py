@@ -1,178 +1,44 @@
 """A real ``vllm serve`` (vLLM's CPU build, tiny Qwen3-Next, the plugin) with the shadow
 checker at rate 1.0, beside the same server with it off, answering the same concurrent
-completion requests over loopback.
+completion requests over loopback: ``served``, one run of the pair for the whole session
+(tests/serving.py; tests/engine/test_serve.py reads the server with it off).
 
-One run of each server serves every test of this module (an engine start costs ~30-60 s on
-the CI machine): the JSONL records, ``/metrics``, ``report``, the served tokens, the golden
+The tests read the JSONL records, ``/metrics``, ``report``, the served tokens, the golden
 reference against vLLM's CPU kernels, and a failure injected into the shadow path (the first
 golden reference call of each process raises, through a ``sitecustomize`` on the server's
-``PYTHONPATH``).
+``PYTHONPATH``). Mode golden needs its own server.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-import requests
 
-from vllm_gdn_invariant.models.tiny import words, write_tiny_model
+from vllm_gdn_invariant.models.tiny import write_tiny_model
 from vllm_gdn_invariant.shadow.record import read_records
 
 from ..conftest import requires_ci_environment
-from ..engine.test_serve import START_TIMEOUT_S, free_port, plugin_env, serve_command
+from ..serving import (
+    MAX_TOKENS,
+    PROMPT_WORDS,
+    START_TIMEOUT_S,
+    Served,
+    Server,
+    plugin_env,
+    prompts,
+)
 
-pytestmark = [pytest.mark.engine, requires_ci_environment]
+# the first test to read ``served`` starts the pair of servers (~1.5-3 min)
+pytestmark = [pytest.mark.engine, requires_ci_environment, pytest.mark.timeout(1200)]
 
 GDN_LAYERS = [f"model.layers.{i}.linear_attn" for i in range(3)]  # layer 3 is full attention
-PROMPT_WORDS = (5, 300, 40, 12)  # a 300-word prompt is prefilled in chunks beside decodes
-MAX_TOKENS = 10
 FIELDS = ("output", "recurrent_state", "conv_state")
-
-INJECT = '''
-"""Test only: the first golden reference call of each process raises."""
-from vllm_gdn_invariant.shadow import reference
-
-_real = reference.golden_reference
-_calls = []
-
-
-def golden_reference(*args, **kwargs):
-    _calls.append(1)
-    if len(_calls) == 1:
-        raise RuntimeError("injected by tests/shadow/test_serve.py")
-    return _real(*args, **kwargs)
-
-
-reference.golden_reference = golden_reference
-'''
-
-
-@dataclass
-class Served:
-    completions: list[dict]
-    records: list[dict]
-    metrics: str
-    log: str
-    out_dir: Path
-
-
-class Server:
-    def __init__(self, model: Path, log: Path, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.model = model
-        command = serve_command(model, self.port) + ["--max-num-batched-tokens", "64"]
-        self.log_path = log
-        self._log = open(log, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(command, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def wait_healthy(self, deadline: float) -> None:
-        while True:
-            assert self.proc.poll() is None, self.log_path.read_text()[-5000:]
-            assert time.monotonic() < deadline, "server did not start in time"
-            try:
-                if requests.get(self.url("/health"), timeout=2).ok:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(1)
-
-    def complete(self, prompt: str) -> dict:
-        reply = requests.post(
-            self.url("/v1/completions"),
-            json={
-                "model": str(self.model),
-                "prompt": prompt,
-                "max_tokens": MAX_TOKENS,
-                "temperature": 0.0,
-                "ignore_eos": True,
-                "logprobs": 1,
-            },
-            timeout=300,
-        )
-        assert reply.status_code == 200, reply.text
-        choice = reply.json()["choices"][0]
-        return {"text": choice["text"], "logprobs": choice["logprobs"]["token_logprobs"]}
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._log.close()
-
-
-def metrics_once_exported(server: Server, checks: int) -> str:
-    """/metrics once it counts ``checks`` checks (workers export at most once a second)."""
-    deadline = time.monotonic() + 30
-    while True:
-        text = requests.get(server.url("/metrics"), timeout=10).text
-        total = sum(
-            float(v)
-            for v in re.findall(r"^gdn_invariant_shadow_checks_total\{.*\} (\S+)$", text, re.M)
-        )
-        if total >= checks or time.monotonic() > deadline:
-            return text
-        time.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory) -> dict[str, Served]:
-    root = tmp_path_factory.mktemp("shadow_serve")
-    model = write_tiny_model(root / "model")
-    site = root / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(INJECT)
-    out_dir = root / "shadow"
-    out_dir.mkdir()
-    pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-    envs = {
-        "on": plugin_env(
-            VLLM_GDN_INVARIANT_SHADOW=f"1.0,ref=golden+decode,out={out_dir}/shadow.jsonl",
-            PYTHONPATH=pythonpath,
-        ),
-        "off": plugin_env(),
-    }
-    servers = {name: Server(model, root / f"serve_{name}.log", env) for name, env in envs.items()}
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        for server in servers.values():
-            server.wait_healthy(deadline)
-        prompts = [words(n, start=31 * i) for i, n in enumerate(PROMPT_WORDS)]
-        with concurrent.futures.ThreadPoolExecutor(2 * len(prompts)) as pool:
-            futures = {
-                name: [pool.submit(server.complete, p) for p in prompts]
-                for name, server in servers.items()
-            }
-            completions = {name: [f.result() for f in fs] for name, fs in futures.items()}
-        records = [r for path in sorted(out_dir.glob("shadow.*.jsonl")) for r in read_records(path)]
-        checks = sum(r["kind"] == "check" for r in records)
-        metrics = metrics_once_exported(servers["on"], checks)
-    finally:
-        for server in servers.values():
-            server.stop()
-    return {
-        name: Served(
-            completions[name],
-            records if name == "on" else [],
-            metrics if name == "on" else "",
-            server.log_path.read_text(),
-            out_dir,
-        )
-        for name, server in servers.items()
-    }
 
 
 def checks(served: Served, reference: str | None = None) -> list[dict]:
@@ -239,7 +105,7 @@ def test_metrics_endpoint_shows_the_shadow_counters(served):
 def test_injected_failure_is_counted_and_requests_still_succeed(served):
     failures = [r for r in served["on"].records if r["kind"] == "failure"]
     assert [(r["stage"], r["error"]) for r in failures] == [
-        ("reference", "RuntimeError: injected by tests/shadow/test_serve.py")
+        ("reference", "RuntimeError: injected by tests/serving.py")
     ]
     assert re.search(
         r'^gdn_invariant_shadow_failures_total\{stage="reference"\} 1\.0$',
@@ -276,9 +142,9 @@ def test_golden_reference_shows_no_difference_under_mode_golden(tmp_path):
     server = Server(model, tmp_path / "serve.log", env)
     try:
         server.wait_healthy(time.monotonic() + START_TIMEOUT_S)
-        prompts = [words(n, start=31 * i) for i, n in enumerate(PROMPT_WORDS)]
-        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-            list(pool.map(server.complete, prompts))
+        sent = prompts()
+        with concurrent.futures.ThreadPoolExecutor(len(sent)) as pool:
+            list(pool.map(server.complete, sent))
     finally:
         server.stop()
     records = [r for p in tmp_path.glob("shadow.*.jsonl") for r in read_records(p)]

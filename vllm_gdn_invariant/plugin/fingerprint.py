@@ -9,7 +9,9 @@ module and from a file read out of a wheel, so both sides agree by construction.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
+import re
 import textwrap
 
 from vllm_gdn_invariant.patches.base import SourceTarget
@@ -19,9 +21,34 @@ class SourceNotFound(LookupError):
     """The module text has no function of that qualified name."""
 
 
+# The line ends ``ast`` counts lines by (str.splitlines also splits on \f, \v, \x1c-\x1e, \x85,
+# \u2028 and \u2029, which can stand inside a string literal of a source line).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(module_source: str) -> tuple[ast.Module, list[str]]:
+    """The module's tree and its lines (with their ends) as ``ast`` numbers them; kept for
+    the next targets of the same module (the guard checks several functions per module)."""
+    return ast.parse(module_source), _LINE.findall(module_source)
+
+
+def _segment(lines: list[str], node: ast.AST) -> str:
+    """``ast.get_source_segment(source, node, padded=True)`` on lines split once (it splits
+    the whole module again on each call)."""
+    first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+    start, end = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+    if first == last:
+        return lines[first].encode()[start:end].decode()
+    head = lines[first].encode()
+    padding = "".join(c if c in "\f\t" else " " for c in head[:start].decode())
+    tail = lines[last].encode()[:end].decode()
+    return padding + head[start:].decode() + "".join(lines[first + 1 : last]) + tail
+
+
 def function_source(module_source: str, qualname: str) -> str:
     """The normalized source text of ``qualname`` inside ``module_source``."""
-    tree = ast.parse(module_source)
+    tree, lines = _parsed(module_source)
     body: list[ast.stmt] = tree.body
     node: ast.AST | None = None
     for part in qualname.split("."):
@@ -37,10 +64,7 @@ def function_source(module_source: str, qualname: str) -> str:
         if node is None:
             raise SourceNotFound(qualname)
         body = node.body  # type: ignore[attr-defined]
-    segment = ast.get_source_segment(module_source, node, padded=True)
-    if segment is None:
-        raise SourceNotFound(qualname)
-    lines = textwrap.dedent(segment).splitlines()
+    lines = textwrap.dedent(_segment(lines, node)).splitlines()
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
