@@ -26,7 +26,7 @@ from gdn_evidence.harness.replay_capture import CaptureStore, LayerWeights, Step
 from gdn_evidence.harness.replay_check import ReplayPaths
 from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.replay import replay_response
-from vllm_gdn_invariant.replay.checks import check_replay_args
+from vllm_gdn_invariant.replay.checks import ReplayInputs, check_replay_args
 from vllm_gdn_invariant.replay.recurrence import replay_recurrence
 
 SMOKE_PROMPTS = (5, 11, 3)
@@ -228,18 +228,10 @@ def plain_recurrence(
         use_qk_l2norm=True,
     )
     checked = check_replay_args(*args, **options)
-    out, final_conv, final_state = replay_recurrence(
-        x,
-        a,
-        b,
-        weights.A_log,
-        weights.dt_bias,
-        weights.conv_weight,
-        weights.conv_bias,
-        conv,
-        state,
-        checked,
+    tensors = ReplayInputs(
+        x, a, b, weights.A_log, weights.dt_bias, weights.conv_weight, weights.conv_bias, conv, state
     )
+    out, final_conv, final_state = replay_recurrence(tensors, checked)
     return out.to(x.dtype), final_conv.to(conv_state_dtype), final_state
 
 

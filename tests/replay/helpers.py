@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from vllm_gdn_invariant import golden
+from vllm_gdn_invariant.replay.checks import ReplayInputs
 from vllm_gdn_invariant.shadow.bits import differ
 
 FIELDS = ("out", "conv_state", "state")
@@ -41,6 +42,10 @@ class ReplayCase:
             self.state,
             self.cu_seqlens,
         )
+
+    def inputs(self) -> ReplayInputs:
+        """The tensors in the order of the replay's forward paths (conv_bias after conv_weight)."""
+        return ReplayInputs(*self.args()[:6], self.conv_bias, self.conv_state, self.state)
 
     def all_kwargs(self) -> dict:
         return {"conv_bias": self.conv_bias, **self.kwargs}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -39,6 +40,22 @@ from vllm_gdn_invariant.golden.contract import (
 )
 
 from .plan import SequencePlan
+
+
+class ReplayInputs(NamedTuple):
+    """The tensors of a replay, in the autograd function's order (replay_response's, with
+    ``conv_bias`` after ``conv_weight``): what the forward paths take and the backward
+    differentiates."""
+
+    x: Tensor
+    a: Tensor
+    b: Tensor
+    A_log: Tensor
+    dt_bias: Tensor
+    conv_weight: Tensor
+    conv_bias: Tensor | None
+    conv_state: Tensor
+    state: Tensor
 
 
 @dataclass(frozen=True)
