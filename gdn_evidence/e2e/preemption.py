@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
+from gdn_evidence.e2e.engine_options import add_engine_arguments, llm_kwargs
 from gdn_evidence.e2e.engine_process import (
     EngineProcess,
     in_process_engine_env,
@@ -383,27 +383,19 @@ def run_natural(llm: Any, probe: EngineProbe, params: Any, prompts: list, alone:
     }
 
 
-def llm_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(
-        model=spec["model_dir"],
+def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    """A case's ``LLM`` arguments: vLLM's defaults with CUDA graphs (prefix caching on) or
+    eager without prefix caching, a KV cache of ``kv_blocks`` blocks."""
+    return llm_kwargs(
+        spec,
         max_model_len=MAX_MODEL_LEN,
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
         max_num_seqs=MAX_NUM_SEQS,
-        enable_chunked_prefill=True,
-        enable_prefix_caching=spec["cuda_graphs"],  # vLLM's defaults: graphs, prefix caching
+        enable_prefix_caching=spec["cuda_graphs"],
         enforce_eager=not spec["cuda_graphs"],
         num_gpu_blocks_override=spec["kv_blocks"],
         async_scheduling=False,
-        seed=0,
-        **engine_options(
-            spec["attention_backend"],
-            spec["prefill_backend"],
-            spec["gpu_memory_utilization"],
-        ),
     )
-    if spec["model"] == "qwen3_5":
-        kwargs["language_model_only"] = True
-    return kwargs
 
 
 def plugin_summary() -> str | None:
@@ -420,7 +412,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     started = time.monotonic()
-    llm = LLM(**llm_kwargs(spec))
+    llm = LLM(**engine_kwargs(spec))
     start_seconds = time.monotonic() - started
     probe = EngineProbe(llm)
     config = llm.llm_engine.vllm_config

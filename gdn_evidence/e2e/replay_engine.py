@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
+from gdn_evidence.e2e.engine_options import add_engine_arguments, llm_kwargs
 from gdn_evidence.e2e.engine_process import (
     EngineProcess,
     in_process_engine_env,
@@ -80,27 +80,17 @@ DEFAULT_MODELS = "qwen3_next,qwen3_next_dims,qwen3_5"
 MODE = "golden"
 
 
-def llm_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(
-        model=spec["model_dir"],
+def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    """The engine's ``LLM`` arguments (module docstring)."""
+    return llm_kwargs(
+        spec,
         max_model_len=MAX_MODEL_LEN,
         max_num_batched_tokens=spec["max_num_batched_tokens"],
         max_num_seqs=MAX_NUM_SEQS,
-        enable_chunked_prefill=True,
         enable_prefix_caching=False,
         enforce_eager=True,
         async_scheduling=False,
-        seed=0,
-        **engine_options(
-            spec["attention_backend"],
-            spec["prefill_backend"],
-            spec["gpu_memory_utilization"],
-            spec["kv_cache_gib"],
-        ),
     )
-    if spec["model"] == "qwen3_5":
-        kwargs["language_model_only"] = True
-    return kwargs
 
 
 def check_store(
@@ -180,7 +170,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     from gdn_evidence.e2e.gdn_capture import EngineCapture
 
     started = time.monotonic()
-    llm = LLM(**llm_kwargs(spec))
+    llm = LLM(**engine_kwargs(spec))
     start_seconds = time.monotonic() - started
     config = llm.llm_engine.vllm_config
     vocab = config.model_config.get_vocab_size()
