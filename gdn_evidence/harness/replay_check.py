@@ -105,20 +105,6 @@ def replay_arguments(
     return (*args, cu_seqlens), kwargs
 
 
-def replay_layer(
-    weights: LayerWeights,
-    x: Tensor,
-    a: Tensor,
-    b: Tensor,
-    conv_state: Tensor,
-    state: Tensor,
-    cu_seqlens: Tensor,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """``replay_response`` of the tokens ``x``, ``a``, ``b`` of ``weights``' layer."""
-    args, kwargs = replay_arguments(weights, x, a, b, conv_state, state, cu_seqlens)
-    return replay_response(*args, **kwargs)
-
-
 VLLM_PATHS = ReplayPaths(
     prompt=vllm_prefill,
     control=vllm_prefill,
@@ -184,7 +170,7 @@ def check_layer(
         conv_dtype,
     )
     response_cu = offsets(responses)
-    response_out, final_conv, final_state = replay_layer(
+    args, kwargs = replay_arguments(
         weights,
         packed("x", response_part),
         packed("a", response_part),
@@ -193,6 +179,7 @@ def check_layer(
         prompt_final,
         response_cu,
     )
+    response_out, final_conv, final_state = replay_response(*args, **kwargs)
     whole_cu = offsets(p + n for p, n in zip(prompts, responses, strict=True))
     control_out, control_conv, control_state = paths.control(
         torch.cat([r.x for r in requests]),

@@ -23,8 +23,9 @@ import torch
 from torch import Tensor
 
 from gdn_evidence.harness.replay_capture import CaptureStore, LayerWeights, StepLayout
-from gdn_evidence.harness.replay_check import ReplayPaths, replay_arguments, replay_layer
+from gdn_evidence.harness.replay_check import ReplayPaths, replay_arguments
 from vllm_gdn_invariant import golden
+from vllm_gdn_invariant.replay import replay_response
 from vllm_gdn_invariant.replay.checks import ReplayInputs, check_replay_args
 from vllm_gdn_invariant.replay.recurrence import replay_recurrence
 
@@ -194,7 +195,8 @@ def goldens_prefill(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fresh sequences through ``replay_response`` from zero states (the goldens on the CPU)."""
     conv, state = zero_states(x, weights, cu_seqlens.numel() - 1, conv_state_dtype)
-    return replay_layer(weights, x, a, b, conv, state, cu_seqlens)
+    args, kwargs = replay_arguments(weights, x, a, b, conv, state, cu_seqlens)
+    return replay_response(*args, **kwargs)
 
 
 def plain_recurrence(
