@@ -45,6 +45,7 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -238,7 +239,7 @@ class EngineProbe:
         }
 
     @contextlib.contextmanager
-    def replay_switched_off(self):
+    def replay_switched_off(self) -> Iterator[None]:
         """The control arm: no prompt-end rule in the scheduler, no history plans, no cache
         key for blocks past a prompt."""
         from vllm_gdn_invariant.patches import history_cache_key, history_replay
@@ -269,7 +270,7 @@ def run_forced(
     arm: str,
     kind: str = "forced",
     preempt_at: tuple[int, ...] = FORCED_RESETS_AT,
-):
+) -> list[dict[str, Any]]:
     """The forced case, ``FORCED_REPEATS`` times; one record per repeat. ``kind`` "forced"
     preempts by ``reset_prefix_cache(reset_running_requests=True)``, "forced-cached" keeps
     the prefix cache."""

@@ -128,6 +128,8 @@ def check_store(
 
 
 def step_facts(store: CaptureStore) -> dict[str, Any]:
+    """How many steps were captured, how many mixed decode with prompt rows or held several
+    requests, the most requests and rows in one step."""
     steps = store.steps
     return {
         "steps": len(steps),
@@ -319,6 +321,7 @@ def run_smoke(args: argparse.Namespace) -> int:
 
 
 def lengths(text: str) -> tuple[int, ...]:
+    """``--prompts``: distinct comma-separated lengths of at least 2 tokens."""
     values = tuple(int(v) for v in text.split(",") if v)
     if not values or min(values) < 2 or len(set(values)) != len(values):
         raise argparse.ArgumentTypeError("distinct prompt lengths of at least 2 tokens")

@@ -359,7 +359,7 @@ def compile_replay(
     fusion: bool = False,
     config: replay_module.ReplayConfig | None = None,
     multiprocessors: int = replay_module.H200_MULTIPROCESSORS,
-):
+) -> object:
     """replay_kernel compiled for ``sm_<capability>`` with the default launch shape for ``dims``
     on a GPU of ``multiprocessors`` SMs (or ``config``), the conv layout and options of ``dims``
     (by default Qwen3-Next's: SiLU, QK norm) and no conv bias unless ``with_bias``."""

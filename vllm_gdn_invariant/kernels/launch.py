@@ -84,6 +84,8 @@ class Launcher:
         num_warps: int,
         device: torch.device,
     ) -> object:
+        """The launch of ``__call__`` on the current device: through Triton's JIT launcher the
+        first time a launch key is seen (or always, when not ``direct``), directly after."""
         if not self.direct:
             return self.jit_launch(grid, arguments, constexprs, num_warps)
         values = self.constexpr_values(arguments, constexprs)

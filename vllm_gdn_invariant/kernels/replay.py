@@ -49,8 +49,8 @@ of 1024 tokens, both state dtypes, 8 shapes from 1 to 4 rows per thread and 2 to
 default was the fastest in all 8 cases; 4 rows per thread over 2 warps came next (8-10 % slower
 where the default is one program per head), and 1 row per thread took 1.01-3x its time. With 8
 sequences at TP4 (64 pairs) one program per head took 1.31-1.78x the time of the default's two.
-The kernel that held the conv weights in registers (commit b8a3b69) ran the same shapes in
-82-92 % of the time, but at 4 rows per thread it spills (up to 24 bytes).
+Holding the conv weights in registers across tokens runs faster but spills at 4 rows per thread
+(docs/kernels.md).
 """
 
 from __future__ import annotations

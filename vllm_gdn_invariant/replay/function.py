@@ -26,7 +26,9 @@ class ReplayFunction(torch.autograd.Function):
     (module docstring)."""
 
     @staticmethod
-    def forward(ctx, forward: Forward, args: ReplayArgs, *inputs: Tensor | None):
+    def forward(
+        ctx, forward: Forward, args: ReplayArgs, *inputs: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         ctx.set_materialize_grads(False)
         ctx.args = args
         ctx.save_for_backward(*inputs)
@@ -34,7 +36,7 @@ class ReplayFunction(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, *grads: Tensor | None):
+    def backward(ctx, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
         needs = ctx.needs_input_grad[2:]
         return (None, None, *recompute_grads(ctx.saved_tensors, needs, grads, ctx.args))
 
