@@ -172,7 +172,7 @@ def replay_backward_arm(inputs: dict, kwargs: dict) -> Callable[[], Callable[[],
     return setup
 
 
-def fla_chunk_backward_arm(inputs: dict, dims: LayerDims):
+def fla_chunk_backward_arm(inputs: dict, dims: LayerDims) -> Callable[[], object] | None:
     """FLA's chunk forward+backward on the conv outputs (setup untimed), or None without fla."""
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule

@@ -21,6 +21,7 @@ from gdn_evidence.e2e.plugin_site import (
     engine_env,
     plugin_site,
 )
+from gdn_evidence.harness import provenance
 from vllm_gdn_invariant.models.weighted import (
     qwen3_5_config,
     qwen3_5_weights,
@@ -343,8 +344,6 @@ def test_a_target_with_one_round_missing_its_arm_is_judged_on_the_paired_rounds(
 
 
 def test_resummarize_recomputes_the_summary_from_the_rounds_and_records_it(tmp_path, monkeypatch):
-    from gdn_evidence.harness import provenance
-
     arms = ["vllm", "route", "bi"]
     rounds = [
         bench_round(arms, [100, 50, 80], [1.0, 1.0, 1.2], [2.0, 2.0, 2.5]),
@@ -370,8 +369,6 @@ def test_resummarize_recomputes_the_summary_from_the_rounds_and_records_it(tmp_p
 
 
 def test_resummarize_refuses_a_dirty_checkout_before_writing(tmp_path, monkeypatch, capsys):
-    from gdn_evidence.harness import provenance
-
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"rounds": [], "summary": {}}))
     before = path.read_bytes()
