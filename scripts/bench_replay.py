@@ -46,7 +46,7 @@ from gdn_evidence.harness.layer import LAYOUTS, LayerDims
 from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant import golden, kernels
 from vllm_gdn_invariant.replay import replay_response
-from vllm_gdn_invariant.replay.checks import check_replay_args
+from vllm_gdn_invariant.replay.checks import ReplayInputs, check_replay_args
 from vllm_gdn_invariant.replay.prompt import prefill_with_vllm
 
 SCHEMA = "vllm-gdn-invariant/bench-replay/1"
@@ -109,13 +109,11 @@ def chunk_arm(inputs: dict, dims: LayerDims) -> Callable[[], object]:
         conv_bias=None, activation="silu", use_qk_l2norm=True,
     )  # fmt: skip
 
+    tensors = ReplayInputs(**{n: inputs.get(n) for n in ReplayInputs._fields})  # no conv_bias
+
     def run():
         with torch.no_grad():
-            return prefill_with_vllm(
-                inputs["x"], inputs["a"], inputs["b"], inputs["A_log"], inputs["dt_bias"],
-                inputs["conv_weight"], None, inputs["conv_state"], inputs["state"],
-                checked=checked, fresh=True,
-            )  # fmt: skip
+            return prefill_with_vllm(tensors, checked=checked, fresh=True)
 
     return run
 
@@ -174,7 +172,7 @@ def replay_backward_arm(inputs: dict, kwargs: dict) -> Callable[[], Callable[[],
     return setup
 
 
-def fla_chunk_backward_arm(inputs: dict, dims: LayerDims):
+def fla_chunk_backward_arm(inputs: dict, dims: LayerDims) -> Callable[[], object] | None:
     """FLA's chunk forward+backward on the conv outputs (setup untimed), or None without fla."""
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule

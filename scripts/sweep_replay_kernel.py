@@ -27,6 +27,7 @@ import triton
 from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.kernels.replay import (
     ReplayConfig,
+    ReplayTensors,
     launch_replay,
     multiprocessors,
     replay_config,
@@ -89,7 +90,8 @@ def replay_bytes(t: dict) -> int:
 def run_case(heads: str, sequences: int, tokens: int, state: str) -> dict:
     t = inputs(heads, sequences, tokens, STATE_DTYPES[state])
     H, _ = HEADS[heads]
-    dims = replay_dims(t["x"], t["conv_weight"], t["state"], t["cu_seqlens"], H, K**-0.5)
+    tensors = ReplayTensors(**t)
+    dims = replay_dims(tensors, num_k_heads=H, scale=K**-0.5)
     default = replay_config(dims, t["state"].dtype, multiprocessors(t["x"].device))
     configs = {"default": default}
     for rows, warps in SHAPES:
@@ -99,12 +101,9 @@ def run_case(heads: str, sequences: int, tokens: int, state: str) -> dict:
     out = torch.empty(
         (t["x"].shape[0], *t["state"].shape[1:3]), dtype=torch.bfloat16, device="cuda"
     )
-    tensors = [t[name] for name in list(t)]
 
     def replay(config: ReplayConfig):
-        return lambda: launch_replay(
-            *tensors, out, dims, config, silu=True, use_qk_l2norm=True, dim_first=True
-        )
+        return lambda: launch_replay(tensors, out, dims, config)
 
     x = t["x"].view(sequences, tokens, -1)
     a = t["a"].view(sequences, tokens, -1)

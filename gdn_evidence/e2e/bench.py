@@ -51,6 +51,7 @@ from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
 from gdn_evidence.e2e.kernel_profile import compare_to, kernel_time_summary
 from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
 from gdn_evidence.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel
+from gdn_evidence.harness import provenance
 from vllm_gdn_invariant.models.tiny import (
     BENCH_QWEN3_NEXT,
     TINY_QWEN3_NEXT,
@@ -349,10 +350,8 @@ def resummarize(path: Path) -> dict[str, Any]:
     code, and record that: ``summary_recomputed`` (this checkout's commit and dirty flag, the
     SHA-256 of the rounds as recomputed from, and the earlier summary, kept as it was under
     ``summary_as_run``). The rounds and everything else stay as they were."""
-    from gdn_evidence.harness.provenance import git_state
-
     report = json.loads(path.read_text())
-    commit, dirty = git_state()
+    commit, dirty = provenance.git_state()
     if dirty is not False:
         raise ValueError(
             f"the checkout is dirty or not a git checkout (commit {commit}, dirty {dirty}): "
@@ -468,8 +467,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    from gdn_evidence.harness.provenance import provenance
-
     work = Path(tempfile.mkdtemp(prefix="gdn_bench_"))
     site = plugin_site(work / "plugin-site")
     model_dir = write_tiny_model(work / "model", **model)
@@ -485,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         "prefill_backend": args.prefill_backend or None,
         "profile_root": str(work / "profile") if args.profile else None,
     }
-    info = provenance(
+    info = provenance.provenance(
         script="scripts/bench_engine.py",
         model=model,
         tiny=args.tiny,

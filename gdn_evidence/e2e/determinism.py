@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
+from gdn_evidence.e2e.engine_options import add_engine_arguments, llm_kwargs
 from gdn_evidence.e2e.plugin_site import (
     CONTROL_WITHOUT_ROUTING,
     PLUGIN,
@@ -186,27 +186,17 @@ def plugin_lines(log: str) -> list[str]:
 # --- one case, in its own process -------------------------------------------------------------
 
 
-def llm_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    """A case's ``LLM`` arguments: its setting's prefix caching and CUDA graphs, its TP size."""
     setting = SETTINGS[spec["setting"]]
-    kwargs: dict[str, Any] = dict(
-        model=spec["model_dir"],
+    return llm_kwargs(
+        spec,
         tensor_parallel_size=spec["tensor_parallel_size"],
         max_model_len=MAX_MODEL_LEN,
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-        enable_chunked_prefill=True,
         enable_prefix_caching=setting.prefix_caching,
         enforce_eager=not setting.cuda_graphs,
-        seed=0,
-        **engine_options(
-            spec["attention_backend"],
-            spec["prefill_backend"],
-            spec["gpu_memory_utilization"],
-            spec["kv_cache_gib"],
-        ),
     )
-    if spec["model"] == "qwen3_5":
-        kwargs["language_model_only"] = True
-    return kwargs
 
 
 def engine_facts(llm: Any) -> dict[str, Any]:
@@ -235,7 +225,7 @@ def run_case(spec: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"refused": None}
     started = time.monotonic()
     try:
-        llm = LLM(**llm_kwargs(spec))
+        llm = LLM(**engine_kwargs(spec))
     except Exception as exc:  # noqa: BLE001 - a refusal is a result
         result["refused"] = f"{type(exc).__name__}: {exc}"
         result["seconds"] = {"start": round(time.monotonic() - started, 1)}

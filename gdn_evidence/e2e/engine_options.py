@@ -1,4 +1,5 @@
-"""Engine arguments the evidence scripts share: backends, logprobs mode, memory, KV cache.
+"""Engine arguments the evidence scripts share: backends, logprobs mode, memory, KV cache, and
+the ``LLM`` keyword arguments built from them (``llm_kwargs``).
 
 The GPU machine's vLLM carries neither flash-attn nor FlashInfer, so the scripts ask for
 Triton attention and Triton GDN prefill by default (an empty value leaves the choice to vLLM)
@@ -11,6 +12,7 @@ and each must still find ``--gpu-memory-utilization`` of the device free when it
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import Any
 
 ATTENTION_BACKEND = "TRITON_ATTN"
@@ -66,3 +68,25 @@ def engine_options(
     if kv_cache_gib:
         options["kv_cache_memory_bytes"] = int(kv_cache_gib * GIB)
     return options
+
+
+def llm_kwargs(spec: Mapping[str, Any], **settings: Any) -> dict[str, Any]:
+    """``LLM`` keyword arguments of an engine's ``spec``: its model folder, chunked prefill,
+    seed 0, the script's ``settings`` (lengths, caching, eager), :func:`engine_options` from
+    the spec's backends, memory share and KV cache (``kv_cache_gib``, when it has one), and
+    the Qwen3.5 checkpoint's language model alone."""
+    kwargs: dict[str, Any] = dict(
+        model=spec["model_dir"],
+        enable_chunked_prefill=True,
+        seed=0,
+        **settings,
+        **engine_options(
+            spec["attention_backend"],
+            spec["prefill_backend"],
+            spec["gpu_memory_utilization"],
+            spec.get("kv_cache_gib"),
+        ),
+    )
+    if spec["model"] == "qwen3_5":
+        kwargs["language_model_only"] = True
+    return kwargs

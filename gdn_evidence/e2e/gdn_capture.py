@@ -128,7 +128,15 @@ class EngineCapture:
             )
         return blocks[:num_reqs].to(torch.int64)
 
-    def capture(self, served: Any, layer: Any, mixed_qkv, b, a, core_attn_out) -> Any:
+    def capture(
+        self,
+        served: Any,
+        layer: Any,
+        mixed_qkv: torch.Tensor,
+        b: torch.Tensor,
+        a: torch.Tensor,
+        core_attn_out: torch.Tensor,
+    ) -> Any:
         """Serve the step through ``served`` and record its rows and blocks."""
         raw = qwen.get_forward_context().attn_metadata
         attn_metadata = raw.get(layer.prefix) if isinstance(raw, dict) else None

@@ -41,18 +41,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import struct
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
-from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
+from gdn_evidence.e2e.engine_options import add_engine_arguments, llm_kwargs
+from gdn_evidence.e2e.engine_process import (
+    EngineProcess,
+    in_process_engine_env,
+    run_engine_processes,
+    start_engine_process,
+    write_json,
+    write_outcome,
+)
+from gdn_evidence.e2e.plugin_site import plugin_site
 from vllm_gdn_invariant.models.weighted import MODELS, write_weighted_model
 
 FORCED_PROMPTS = (513, 514, 770)
@@ -235,7 +242,7 @@ class EngineProbe:
         }
 
     @contextlib.contextmanager
-    def replay_switched_off(self):
+    def replay_switched_off(self) -> Iterator[None]:
         """The control arm: no prompt-end rule in the scheduler, no history plans, no cache
         key for blocks past a prompt."""
         from vllm_gdn_invariant.patches import history_cache_key, history_replay
@@ -266,7 +273,7 @@ def run_forced(
     arm: str,
     kind: str = "forced",
     preempt_at: tuple[int, ...] = FORCED_RESETS_AT,
-):
+) -> list[dict[str, Any]]:
     """The forced case, ``FORCED_REPEATS`` times; one record per repeat. ``kind`` "forced"
     preempts by ``reset_prefix_cache(reset_running_requests=True)``, "forced-cached" keeps
     the prefix cache."""
@@ -326,6 +333,7 @@ def run_forced(
 
 def run_multi_turn(llm: Any, probe: EngineProbe, prompt: list[int], arm: str) -> dict[str, Any]:
     """The next turn of a conversation, with its previous answer cached and from scratch."""
+    # vLLM only in the engine's process (as run_engine)
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -379,27 +387,19 @@ def run_natural(llm: Any, probe: EngineProbe, params: Any, prompts: list, alone:
     }
 
 
-def llm_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(
-        model=spec["model_dir"],
+def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    """A case's ``LLM`` arguments: vLLM's defaults with CUDA graphs (prefix caching on) or
+    eager without prefix caching, a KV cache of ``kv_blocks`` blocks."""
+    return llm_kwargs(
+        spec,
         max_model_len=MAX_MODEL_LEN,
         max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
         max_num_seqs=MAX_NUM_SEQS,
-        enable_chunked_prefill=True,
-        enable_prefix_caching=spec["cuda_graphs"],  # vLLM's defaults: graphs, prefix caching
+        enable_prefix_caching=spec["cuda_graphs"],
         enforce_eager=not spec["cuda_graphs"],
         num_gpu_blocks_override=spec["kv_blocks"],
         async_scheduling=False,
-        seed=0,
-        **engine_options(
-            spec["attention_backend"],
-            spec["prefill_backend"],
-            spec["gpu_memory_utilization"],
-        ),
     )
-    if spec["model"] == "qwen3_5":
-        kwargs["language_model_only"] = True
-    return kwargs
 
 
 def plugin_summary() -> str | None:
@@ -416,7 +416,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     started = time.monotonic()
-    llm = LLM(**llm_kwargs(spec))
+    llm = LLM(**engine_kwargs(spec))
     start_seconds = time.monotonic() - started
     probe = EngineProbe(llm)
     config = llm.llm_engine.vllm_config
@@ -506,7 +506,9 @@ def case_records(case: EngineCase, outcome: dict[str, Any], log: str) -> list[di
     ]
 
 
-def start_engine(case: EngineCase, args: argparse.Namespace, model_dir: Path, site: Path):
+def start_engine(
+    case: EngineCase, args: argparse.Namespace, model_dir: Path, site: Path
+) -> EngineProcess:
     """Start ``case``'s engine process; (process, result path, log path)."""
     spec = {
         **asdict(case),
@@ -517,34 +519,12 @@ def start_engine(case: EngineCase, args: argparse.Namespace, model_dir: Path, si
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "natural_new_tokens": args.natural_new_tokens,
     }
-    env = engine_env(os.environ, [PLUGIN], site)
-    env.update(
-        VLLM_BATCH_INVARIANT="1" if args.batch_invariant else "0",
-        VLLM_GDN_INVARIANT_MODE=case.mode,
-        VLLM_ENABLE_V1_MULTIPROCESSING="0",
-        VLLM_USE_FLASHINFER_SAMPLER="0",
-        PYTHONUNBUFFERED="1",
-    )
+    env = in_process_engine_env(site, mode=case.mode, batch_invariant=args.batch_invariant)
     if case.model_runner != "default":
         env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if case.model_runner == "v2" else "0"
-    folder = Path(tempfile.mkdtemp(prefix=f"gdn_preempt_{case.name}_"))
-    result, log = folder / "result.json", folder / "engine.log"
-    command = [
-        sys.executable,
-        "-m",
-        "gdn_evidence.e2e.preemption",
-        "--run-engine",
-        json.dumps(spec),
-        "--result",
-        str(result),
-    ]
-    with log.open("w") as sink:
-        proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
-    return proc, result, log
-
-
-def write_json(path: Path, provenance: dict[str, Any], cases: list[dict[str, Any]]) -> None:
-    path.write_text(json.dumps({"provenance": provenance, "cases": cases}, indent=1))
+    return start_engine_process(
+        "gdn_evidence.e2e.preemption", spec, env, prefix=f"gdn_preempt_{case.name}_"
+    )
 
 
 def merge(out: Path, inputs: list[Path]) -> None:
@@ -681,14 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.run_engine is not None:
-        spec = json.loads(args.run_engine)
-        try:
-            outcome = run_engine(spec)
-        except Exception as exc:  # noqa: BLE001 - reported to the orchestrator
-            import traceback
-
-            outcome = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
-        args.result.write_text(json.dumps(outcome))
+        write_outcome(run_engine, args.run_engine, args.result)
         return 0
     if args.table is not None:
         print(results_table(json.loads(args.table.read_text())["cases"]))
@@ -732,32 +705,17 @@ def main(argv: list[str] | None = None) -> int:
         kv_blocks={f"{m}-{'graphs' if g else 'eager'}": n for (m, g), n in KV_BLOCKS.items()},
     )
     records: list[dict[str, Any]] = []
-    pending = list(cases)
-    running: list[tuple[EngineCase, Any, Path, Path]] = []
-    deadline = time.monotonic() + args.timeout
-    while pending or running:
-        while pending and len(running) < args.parallel:
-            case = pending.pop(0)
-            running.append((case, *start_engine(case, args, model_dirs[case.model], site)))
-        time.sleep(1.0)
-        for entry in list(running):
-            case, proc, result, log = entry
-            timed_out = time.monotonic() > deadline
-            if proc.poll() is None and not timed_out:
-                continue
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            outcome = (
-                json.loads(result.read_text())
-                if result.exists()
-                else {"error": "timed out" if timed_out else f"exited {proc.returncode}"}
-            )
-            for record in case_records(case, outcome, log.read_text(errors="replace")):
-                records.append(record)
-                print(summary_line(record), flush=True)
-            running.remove(entry)
-            write_json(args.out, info, records)
+
+    def start(case: EngineCase) -> EngineProcess:
+        return start_engine(case, args, model_dirs[case.model], site)
+
+    def finished(case: EngineCase, outcome: dict[str, Any], log: str) -> None:
+        for record in case_records(case, outcome, log):
+            records.append(record)
+            print(summary_line(record), flush=True)
+        write_json(args.out, info, records)
+
+    run_engine_processes(cases, start, finished, parallel=args.parallel, timeout=args.timeout)
     write_json(args.out, info, records)
     replay = [r for r in records if r.get("arm") == "replay"]
     control = [r for r in records if r.get("arm") == "control"]

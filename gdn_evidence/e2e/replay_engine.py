@@ -32,16 +32,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
-from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
+import torch
+
+from gdn_evidence.e2e.engine_options import add_engine_arguments, llm_kwargs
+from gdn_evidence.e2e.engine_process import (
+    EngineProcess,
+    in_process_engine_env,
+    run_engine_processes,
+    start_engine_process,
+    write_json,
+    write_outcome,
+)
+from gdn_evidence.e2e.plugin_site import plugin_site
 from gdn_evidence.e2e.preemption import plugin_summary, prompt_tokens
+from gdn_evidence.harness.provenance import provenance
 from gdn_evidence.harness.replay_capture import CaptureStore
 from gdn_evidence.harness.replay_check import (
     MIN_RESPONSE_TOKENS,
@@ -50,6 +60,14 @@ from gdn_evidence.harness.replay_check import (
     check_layer,
     results_table,
     verdict,
+)
+from gdn_evidence.harness.replay_synthetic import (
+    CPU_PATHS,
+    SMOKE_BUDGET,
+    SMOKE_LAYERS,
+    SMOKE_NEW_TOKENS,
+    SMOKE_PROMPTS,
+    serve_synthetic,
 )
 from vllm_gdn_invariant.models.weighted import MODELS, write_weighted_model
 
@@ -62,27 +80,17 @@ DEFAULT_MODELS = "qwen3_next,qwen3_next_dims,qwen3_5"
 MODE = "golden"
 
 
-def llm_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(
-        model=spec["model_dir"],
+def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    """The engine's ``LLM`` arguments (module docstring)."""
+    return llm_kwargs(
+        spec,
         max_model_len=MAX_MODEL_LEN,
         max_num_batched_tokens=spec["max_num_batched_tokens"],
         max_num_seqs=MAX_NUM_SEQS,
-        enable_chunked_prefill=True,
         enable_prefix_caching=False,
         enforce_eager=True,
         async_scheduling=False,
-        seed=0,
-        **engine_options(
-            spec["attention_backend"],
-            spec["prefill_backend"],
-            spec["gpu_memory_utilization"],
-            spec["kv_cache_gib"],
-        ),
     )
-    if spec["model"] == "qwen3_5":
-        kwargs["language_model_only"] = True
-    return kwargs
 
 
 def check_store(
@@ -120,6 +128,8 @@ def check_store(
 
 
 def step_facts(store: CaptureStore) -> dict[str, Any]:
+    """How many steps were captured, how many mixed decode with prompt rows or held several
+    requests, the most requests and rows in one step."""
     steps = store.steps
     return {
         "steps": len(steps),
@@ -153,7 +163,8 @@ def evidence_tables(record: dict[str, Any]) -> str:
 
 def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     """One engine: generate with the capture on, then replay and compare every layer."""
-    import torch
+    # vLLM only in the engine's process: the orchestrator and the --smoke run (CPU CI) do not
+    # load vLLM's engine or model executor.
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
@@ -161,7 +172,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     from gdn_evidence.e2e.gdn_capture import EngineCapture
 
     started = time.monotonic()
-    llm = LLM(**llm_kwargs(spec))
+    llm = LLM(**engine_kwargs(spec))
     start_seconds = time.monotonic() - started
     config = llm.llm_engine.vllm_config
     vocab = config.model_config.get_vocab_size()
@@ -203,7 +214,9 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     return {"engine": facts, "cases": cases}
 
 
-def start_engine(model: str, args: argparse.Namespace, model_dir: Path, site: Path):
+def start_engine(
+    model: str, args: argparse.Namespace, model_dir: Path, site: Path
+) -> EngineProcess:
     """Start ``model``'s engine process; (process, result path, log path)."""
     spec = {
         "model": model,
@@ -216,32 +229,10 @@ def start_engine(model: str, args: argparse.Namespace, model_dir: Path, site: Pa
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "kv_cache_gib": args.kv_cache_gib,
     }
-    env = engine_env(os.environ, [PLUGIN], site)
-    env.update(
-        VLLM_BATCH_INVARIANT="1",
-        VLLM_GDN_INVARIANT_MODE=MODE,
-        VLLM_ENABLE_V1_MULTIPROCESSING="0",
-        VLLM_USE_FLASHINFER_SAMPLER="0",
-        PYTHONUNBUFFERED="1",
+    env = in_process_engine_env(site, mode=MODE, batch_invariant=True)
+    return start_engine_process(
+        "gdn_evidence.e2e.replay_engine", spec, env, prefix=f"gdn_replay_{model}_"
     )
-    folder = Path(tempfile.mkdtemp(prefix=f"gdn_replay_{model}_"))
-    result, log = folder / "result.json", folder / "engine.log"
-    command = [
-        sys.executable,
-        "-m",
-        "gdn_evidence.e2e.replay_engine",
-        "--run-engine",
-        json.dumps(spec),
-        "--result",
-        str(result),
-    ]
-    with log.open("w") as sink:
-        proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
-    return proc, result, log
-
-
-def write_json(path: Path, info: dict[str, Any], cases: list[dict[str, Any]]) -> None:
-    path.write_text(json.dumps({"provenance": info, "cases": cases}, indent=1))
 
 
 def summary_line(case: dict[str, Any]) -> str:
@@ -255,8 +246,6 @@ def summary_line(case: dict[str, Any]) -> str:
 
 
 def run_engines(args: argparse.Namespace, models: list[str]) -> int:
-    from gdn_evidence.harness.provenance import provenance
-
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gdn_replay_"))
     site = plugin_site(workdir / "plugin-site")
     info = provenance(
@@ -275,45 +264,28 @@ def run_engines(args: argparse.Namespace, models: list[str]) -> int:
         engines={},
     )
     cases: list[dict[str, Any]] = []
-    pending = list(models)
-    running: list[tuple[str, Any, Path, Path]] = []
-    deadline = time.monotonic() + args.timeout
-    while pending or running:
-        while pending and len(running) < args.parallel:
-            model = pending.pop(0)
-            model_dir = write_weighted_model(workdir / model, model)
-            running.append((model, *start_engine(model, args, model_dir, site)))
-        time.sleep(1.0)
-        for entry in list(running):
-            model, proc, result, log = entry
-            timed_out = time.monotonic() > deadline
-            if proc.poll() is None and not timed_out:
-                continue
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            outcome = (
-                json.loads(result.read_text())
-                if result.exists()
-                else {"error": "timed out" if timed_out else f"exited {proc.returncode}"}
-            )
-            if "error" in outcome:
-                text = log.read_text(errors="replace")
-                outcome["cases"] = [
-                    {
-                        "model": model,
-                        "error": outcome["error"],
-                        "trace": outcome.get("trace"),
-                        "log_tail": text[-4000:],
-                    }
-                ]
-            else:
-                info["engines"][model] = outcome["engine"]
-            for case in outcome["cases"]:
-                print(summary_line(case), flush=True)
-            cases += outcome["cases"]
-            running.remove(entry)
-            write_json(args.out, info, cases)
+
+    def start(model: str) -> EngineProcess:
+        return start_engine(model, args, write_weighted_model(workdir / model, model), site)
+
+    def finished(model: str, outcome: dict[str, Any], log: str) -> None:
+        if "error" in outcome:
+            outcome["cases"] = [
+                {
+                    "model": model,
+                    "error": outcome["error"],
+                    "trace": outcome.get("trace"),
+                    "log_tail": log[-4000:],
+                }
+            ]
+        else:
+            info["engines"][model] = outcome["engine"]
+        for case in outcome["cases"]:
+            print(summary_line(case), flush=True)
+        cases.extend(outcome["cases"])
+        write_json(args.out, info, cases)
+
+    run_engine_processes(models, start, finished, parallel=args.parallel, timeout=args.timeout)
     write_json(args.out, info, cases)
     problems = verdict(cases, MIN_RESPONSE_TOKENS)
     problems += [f"{m}: no cases" for m in models if not any(c["model"] == m for c in cases)]
@@ -325,16 +297,6 @@ def run_engines(args: argparse.Namespace, models: list[str]) -> int:
 def run_smoke(args: argparse.Namespace) -> int:
     """The synthetic engine on the CPU (harness/replay_synthetic.py), written like the engine
     run's file."""
-    from gdn_evidence.harness.provenance import provenance
-    from gdn_evidence.harness.replay_synthetic import (
-        CPU_PATHS,
-        SMOKE_BUDGET,
-        SMOKE_LAYERS,
-        SMOKE_NEW_TOKENS,
-        SMOKE_PROMPTS,
-        serve_synthetic,
-    )
-
     store = CaptureStore()
     serve_synthetic(store)
     cases = check_store(
@@ -359,6 +321,7 @@ def run_smoke(args: argparse.Namespace) -> int:
 
 
 def lengths(text: str) -> tuple[int, ...]:
+    """``--prompts``: distinct comma-separated lengths of at least 2 tokens."""
     values = tuple(int(v) for v in text.split(",") if v)
     if not values or min(values) < 2 or len(set(values)) != len(values):
         raise argparse.ArgumentTypeError("distinct prompt lengths of at least 2 tokens")
@@ -393,13 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.run_engine is not None:
-        try:
-            outcome = run_engine(json.loads(args.run_engine))
-        except Exception as exc:  # noqa: BLE001 - reported to the orchestrator
-            import traceback
-
-            outcome = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
-        args.result.write_text(json.dumps(outcome))
+        write_outcome(run_engine, args.run_engine, args.result)
         return 0
     if args.table is not None:
         print(evidence_tables(json.loads(args.table.read_text())))

@@ -160,7 +160,8 @@ class CaptureStore:
         [R, HV] and outputs ``out`` [R, HV, V], packed as the step's layout says, and each of
         the step's requests' conv [dim, W-1] and recurrent [HV, V, K] blocks after the step
         (``conv_blocks``, ``state_blocks``, one per request, in layout order). Tensors are
-        kept, not copied: pass tensors nothing writes afterwards."""
+        kept, not copied: pass tensors nothing writes afterwards. Every check is made before
+        anything is recorded: a refused step leaves the store as it was."""
         layout = self.steps[step]
         rows = layout.num_rows
         if x.shape[0] != rows or a.shape[0] != rows or b.shape[0] != rows or out.shape[0] != rows:
@@ -176,17 +177,20 @@ class CaptureStore:
                 f"{conv_blocks.shape[0]} conv and {state_blocks.shape[0]} "
                 "state blocks"
             )
-        self.weights.setdefault(layer, weights)
-        per_request = self.rows.setdefault(layer, {})
-        first = 0
-        for i, (request, count, start, prompt) in enumerate(layout.rows()):
-            so_far = per_request.setdefault(request, RowsSoFar(prompt_tokens=prompt))
+        known = self.rows.get(layer, {})
+        for request, _, start, prompt in layout.rows():  # every request, before any is written
+            so_far = known.get(request, RowsSoFar(prompt_tokens=prompt))
             if start != so_far.next_position or prompt != so_far.prompt_tokens:
                 raise ValueError(
                     f"layer {layer}, step {step}: request {request} has rows from position "
                     f"{start} (prompt {prompt}) where {so_far.next_position} was next "
                     f"(prompt {so_far.prompt_tokens}): a position skipped or repeated"
                 )
+        self.weights.setdefault(layer, weights)
+        per_request = self.rows.setdefault(layer, {})
+        first = 0
+        for i, (request, count, start, prompt) in enumerate(layout.rows()):
+            so_far = per_request.setdefault(request, RowsSoFar(prompt_tokens=prompt))
             end = first + count
             so_far.chunks.append((x[first:end], a[first:end], b[first:end], out[first:end]))
             so_far.next_position = start + count

@@ -83,6 +83,28 @@ def vllm_prefill(
     )
 
 
+def replay_arguments(
+    weights: LayerWeights,
+    x: Tensor,
+    a: Tensor,
+    b: Tensor,
+    conv_state: Tensor,
+    state: Tensor,
+    cu_seqlens: Tensor,
+) -> tuple[tuple[Tensor, ...], dict[str, Any]]:
+    """(positional, keyword) arguments of ``replay_response`` (and of ``check_replay_args``)
+    for the tokens ``x``, ``a``, ``b`` of ``weights``' layer from the given states."""
+    args = (x, a, b, weights.A_log, weights.dt_bias, weights.conv_weight, conv_state, state)
+    kwargs = {
+        "num_k_heads": weights.num_k_heads,
+        "scale": weights.scale,
+        "conv_bias": weights.conv_bias,
+        "activation": weights.activation,
+        "use_qk_l2norm": True,
+    }
+    return (*args, cu_seqlens), kwargs
+
+
 VLLM_PATHS = ReplayPaths(
     prompt=vllm_prefill,
     control=vllm_prefill,
@@ -148,21 +170,16 @@ def check_layer(
         conv_dtype,
     )
     response_cu = offsets(responses)
-    response_out, final_conv, final_state = replay_response(
+    args, kwargs = replay_arguments(
+        weights,
         packed("x", response_part),
         packed("a", response_part),
         packed("b", response_part),
-        weights.A_log,
-        weights.dt_bias,
-        weights.conv_weight,
         prompt_conv,
         prompt_final,
         response_cu,
-        num_k_heads=weights.num_k_heads,
-        scale=weights.scale,
-        conv_bias=weights.conv_bias,
-        activation=weights.activation,
     )
+    response_out, final_conv, final_state = replay_response(*args, **kwargs)
     whole_cu = offsets(p + n for p, n in zip(prompts, responses, strict=True))
     control_out, control_conv, control_state = paths.control(
         torch.cat([r.x for r in requests]),

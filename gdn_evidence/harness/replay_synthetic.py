@@ -23,10 +23,10 @@ import torch
 from torch import Tensor
 
 from gdn_evidence.harness.replay_capture import CaptureStore, LayerWeights, StepLayout
-from gdn_evidence.harness.replay_check import ReplayPaths
+from gdn_evidence.harness.replay_check import ReplayPaths, replay_arguments
 from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.replay import replay_response
-from vllm_gdn_invariant.replay.checks import check_replay_args
+from vllm_gdn_invariant.replay.checks import ReplayInputs, check_replay_args
 from vllm_gdn_invariant.replay.recurrence import replay_recurrence
 
 SMOKE_PROMPTS = (5, 11, 3)
@@ -170,7 +170,10 @@ def serve_synthetic(
             store.record(name, weights, step, x, a, b, out, pools[0][index], pools[1][index])
 
 
-def zero_states(x: Tensor, weights: LayerWeights, sequences: int, conv_dtype: torch.dtype):
+def zero_states(
+    x: Tensor, weights: LayerWeights, sequences: int, conv_dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """Zero conv states [S, dim, W-1] in ``conv_dtype`` and float32 recurrent states."""
     conv = torch.zeros(sequences, x.shape[1], weights.conv_weight.shape[1] - 1, dtype=conv_dtype)
     state = torch.zeros(
         sequences,
@@ -192,21 +195,8 @@ def goldens_prefill(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fresh sequences through ``replay_response`` from zero states (the goldens on the CPU)."""
     conv, state = zero_states(x, weights, cu_seqlens.numel() - 1, conv_state_dtype)
-    return replay_response(
-        x,
-        a,
-        b,
-        weights.A_log,
-        weights.dt_bias,
-        weights.conv_weight,
-        conv,
-        state,
-        cu_seqlens,
-        num_k_heads=weights.num_k_heads,
-        scale=weights.scale,
-        conv_bias=weights.conv_bias,
-        activation=weights.activation,
-    )
+    args, kwargs = replay_arguments(weights, x, a, b, conv, state, cu_seqlens)
+    return replay_response(*args, **kwargs)
 
 
 def plain_recurrence(
@@ -219,27 +209,12 @@ def plain_recurrence(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fresh sequences through the plain float32 recurrence, rounded to the served dtypes."""
     conv, state = zero_states(x, weights, cu_seqlens.numel() - 1, conv_state_dtype)
-    args = (x, a, b, weights.A_log, weights.dt_bias, weights.conv_weight, conv, state, cu_seqlens)
-    options = dict(
-        num_k_heads=weights.num_k_heads,
-        scale=weights.scale,
-        conv_bias=weights.conv_bias,
-        activation=weights.activation,
-        use_qk_l2norm=True,
+    args, kwargs = replay_arguments(weights, x, a, b, conv, state, cu_seqlens)
+    checked = check_replay_args(*args, **kwargs)
+    tensors = ReplayInputs(
+        x, a, b, weights.A_log, weights.dt_bias, weights.conv_weight, weights.conv_bias, conv, state
     )
-    checked = check_replay_args(*args, **options)
-    out, final_conv, final_state = replay_recurrence(
-        x,
-        a,
-        b,
-        weights.A_log,
-        weights.dt_bias,
-        weights.conv_weight,
-        weights.conv_bias,
-        conv,
-        state,
-        checked,
-    )
+    out, final_conv, final_state = replay_recurrence(tensors, checked)
     return out.to(x.dtype), final_conv.to(conv_state_dtype), final_state
 
 

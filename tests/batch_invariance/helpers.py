@@ -161,3 +161,25 @@ def chunk_ends(sizes: Sequence[int]) -> list[int]:
         total += n
         ends.append(total)
     return ends
+
+
+def run_until_computed(sched, requests, generate=None, max_steps=400):
+    """Schedule until every request has computed all its tokens; a request that has and
+    still owes ``generate[id]`` tokens gets one more output token (as a decode step would
+    produce). Returns each request's chunks as (start, size), in order."""
+    generate = dict(generate or {})
+    chunks = {r.request_id: [] for r in requests}
+    for _ in range(max_steps):
+        out = sched.schedule()
+        for request_id, n in out.num_scheduled_tokens.items():
+            req = sched.requests[request_id]
+            chunks.setdefault(request_id, []).append((req.num_computed_tokens - n, n))
+        for req in requests:
+            if req.num_computed_tokens == req.num_tokens and generate.get(req.request_id, 0):
+                req.append_output_token_ids(7)
+                generate[req.request_id] -= 1
+        if all(r.num_computed_tokens == r.num_tokens for r in requests) and not any(
+            generate.values()
+        ):
+            return chunks
+    raise AssertionError(f"not computed after {max_steps} steps: {chunks}")

@@ -8,23 +8,11 @@ from __future__ import annotations
 import pytest
 
 from vllm_gdn_invariant.patches import applied
-from vllm_gdn_invariant.patches.bi_align_block import grid_block_size
 from vllm_gdn_invariant.patches.bi_cache_hit import cache_hit_patch, hit_limit
 from vllm_gdn_invariant.patches.bi_chunk_grid import scheduler_patches
 from vllm_gdn_invariant.patches.bi_patch import CHUNK_GRID
 
-from .helpers import model_folder, request, scheduler, vllm_config
-from .test_history_scheduler import run_until_computed
-
-
-@pytest.fixture(scope="module")
-def folder():
-    return model_folder()
-
-
-@pytest.fixture(scope="module")
-def block():
-    return grid_block_size(192)
+from .helpers import request, run_until_computed, scheduler, vllm_config
 
 
 def second_run_chunks(folder, block, patches, prompt_len):
@@ -70,9 +58,7 @@ def test_vllm_alone_leaves_the_last_token_of_such_a_prompt_alone(folder, block):
 
 def test_a_cached_prompt_keeps_at_least_two_tokens_on_the_prefill_path(folder, block):
     prompt_len = 2 * block + 1
-    chunks = second_run_chunks(
-        folder, block, scheduler_patches() + [cache_hit_patch()], prompt_len
-    )
+    chunks = second_run_chunks(folder, block, scheduler_patches() + [cache_hit_patch()], prompt_len)
     start, n = chunks[-1]
     assert start + n == prompt_len and n > 1, chunks
     assert all((s + k) % CHUNK_GRID == 0 for s, k in chunks[:-1]), chunks
@@ -88,9 +74,7 @@ def test_vllm_alone_leaves_a_cached_prompt_one_token(folder, block):
 
 def test_other_prompts_keep_vllms_hit(folder, block):
     prompt_len = 2 * block + 7
-    chunks = second_run_chunks(
-        folder, block, scheduler_patches() + [cache_hit_patch()], prompt_len
-    )
+    chunks = second_run_chunks(folder, block, scheduler_patches() + [cache_hit_patch()], prompt_len)
     assert chunks == [(2 * block, 7)]
 
 

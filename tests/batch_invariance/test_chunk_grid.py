@@ -20,11 +20,6 @@ from .helpers import chunk_ends, model_folder, prefill_chunks, scheduler, vllm_c
 PROMPTS = {"target": 300, "a": 100, "b": 37, "c": 250, "d": 64, "e": 5}
 
 
-@pytest.fixture(scope="module")
-def folder():
-    return model_folder()
-
-
 @pytest.fixture
 def grid():
     with applied(scheduler_patches()):

@@ -14,13 +14,14 @@ import torch
 
 from gdn_evidence.e2e import bench, determinism, ranks
 from gdn_evidence.e2e.determinism import Completion, cases_for, compare, root_cause
-from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
+from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options, llm_kwargs
 from gdn_evidence.e2e.plugin_site import (
     CONTROL_WITHOUT_ROUTING,
     PLUGIN,
     engine_env,
     plugin_site,
 )
+from gdn_evidence.harness import provenance
 from vllm_gdn_invariant.models.weighted import (
     qwen3_5_config,
     qwen3_5_weights,
@@ -162,6 +163,33 @@ def test_engine_options_follow_the_command_line_and_empty_leaves_the_choice_to_v
     options = engine_options(args.attention_backend, args.prefill_backend, 0.3, args.kv_cache_gib)
     assert "attention_backend" not in options and "additional_config" not in options
     assert options["kv_cache_memory_bytes"] == 3 * 2**29
+
+
+def test_llm_kwargs_take_the_specs_engine_options_and_the_scripts_settings():
+    spec = {
+        "model": "qwen3_5",
+        "model_dir": "/models/q",
+        "attention_backend": "",
+        "prefill_backend": "triton",
+        "gpu_memory_utilization": 0.2,
+        "kv_cache_gib": 0.5,
+    }
+    kwargs = llm_kwargs(spec, max_model_len=512, enforce_eager=True)
+    assert kwargs == {
+        "model": "/models/q",
+        "enable_chunked_prefill": True,
+        "seed": 0,
+        "max_model_len": 512,
+        "enforce_eager": True,
+        "logprobs_mode": "processed_logprobs",
+        "gpu_memory_utilization": 0.2,
+        "additional_config": {"gdn_prefill_backend": "triton"},
+        "kv_cache_memory_bytes": 2**29,
+        "language_model_only": True,
+    }
+    without_kv = {k: v for k, v in spec.items() if k != "kv_cache_gib"}
+    kwargs = llm_kwargs({**without_kv, "model": "qwen3_next"})
+    assert "kv_cache_memory_bytes" not in kwargs and "language_model_only" not in kwargs
 
 
 def test_every_engine_process_runs_with_nvlink_multicast_off(tmp_path):
@@ -316,8 +344,6 @@ def test_a_target_with_one_round_missing_its_arm_is_judged_on_the_paired_rounds(
 
 
 def test_resummarize_recomputes_the_summary_from_the_rounds_and_records_it(tmp_path, monkeypatch):
-    from gdn_evidence.harness import provenance
-
     arms = ["vllm", "route", "bi"]
     rounds = [
         bench_round(arms, [100, 50, 80], [1.0, 1.0, 1.2], [2.0, 2.0, 2.5]),
@@ -343,8 +369,6 @@ def test_resummarize_recomputes_the_summary_from_the_rounds_and_records_it(tmp_p
 
 
 def test_resummarize_refuses_a_dirty_checkout_before_writing(tmp_path, monkeypatch, capsys):
-    from gdn_evidence.harness import provenance
-
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"rounds": [], "summary": {}}))
     before = path.read_bytes()

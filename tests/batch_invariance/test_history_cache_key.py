@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from vllm_gdn_invariant.patches import applied
-from vllm_gdn_invariant.patches.bi_align_block import grid_block_size
 from vllm_gdn_invariant.patches.bi_chunk_grid import scheduler_patches
 from vllm_gdn_invariant.patches.history_cache_key import (
     DECODE_KEY,
@@ -17,21 +16,10 @@ from vllm_gdn_invariant.patches.history_cache_key import (
     salting,
 )
 
-from .helpers import model_folder, scheduler, vllm_config
-from .test_history_scheduler import run_until_computed
+from .helpers import run_until_computed, scheduler, vllm_config
 
 PROMPT = 500
 GENERATED = 300
-
-
-@pytest.fixture(scope="module")
-def folder():
-    return model_folder()
-
-
-@pytest.fixture(scope="module")
-def block():
-    return grid_block_size(192)
 
 
 def replay_patches(salt: bool):

@@ -17,34 +17,7 @@ from vllm_gdn_invariant.patches.bi_chunk_grid import (
 from vllm_gdn_invariant.patches.bi_patch import CHUNK_GRID
 from vllm_gdn_invariant.patches.history_replay import history_scheduler_patches
 
-from .helpers import model_folder, request, scheduler, vllm_config
-
-
-@pytest.fixture(scope="module")
-def folder():
-    return model_folder()
-
-
-def run_until_computed(sched, requests, generate=None, max_steps=400):
-    """Schedule until every request has computed all its tokens; a request that has and
-    still owes ``generate[id]`` tokens gets one more output token (as a decode step would
-    produce). Returns each request's chunks as (start, size), in order."""
-    generate = dict(generate or {})
-    chunks = {r.request_id: [] for r in requests}
-    for _ in range(max_steps):
-        out = sched.schedule()
-        for request_id, n in out.num_scheduled_tokens.items():
-            req = sched.requests[request_id]
-            chunks.setdefault(request_id, []).append((req.num_computed_tokens - n, n))
-        for req in requests:
-            if req.num_computed_tokens == req.num_tokens and generate.get(req.request_id, 0):
-                req.append_output_token_ids(7)
-                generate[req.request_id] -= 1
-        if all(r.num_computed_tokens == r.num_tokens for r in requests) and not any(
-            generate.values()
-        ):
-            return chunks
-    raise AssertionError(f"not computed after {max_steps} steps: {chunks}")
+from .helpers import request, run_until_computed, scheduler, vllm_config
 
 
 def preempt_and_recompute(sched, requests):

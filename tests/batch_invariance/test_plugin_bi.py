@@ -22,6 +22,7 @@ LABELS = (
     "float32-gdn-state",
     "chunk-grid-64",
     "align-block-64",
+    "no-one-token-tail-hit",
     "gated-norm-rows-1",
 )
 

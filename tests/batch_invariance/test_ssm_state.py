@@ -10,12 +10,7 @@ from vllm_gdn_invariant.patches import applied
 from vllm_gdn_invariant.patches.bi_patch import BatchInvarianceConfigError
 from vllm_gdn_invariant.patches.bi_ssm_state import ssm_state_patch
 
-from .helpers import model_folder, vllm_config
-
-
-@pytest.fixture(scope="module")
-def folder():
-    return model_folder()
+from .helpers import vllm_config
 
 
 def hook(config, ssm_dtype):

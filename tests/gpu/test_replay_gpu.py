@@ -64,8 +64,7 @@ def test_the_cuda_path_gives_the_goldens_bits_over_8192_tokens(dims, state_dtype
     case = to_cuda(qwen_case(dims, LONG_LENGTHS, state_dtype))
     result = replay_response(*case.args(), **case.all_kwargs())
     checked = check_replay_args(*case.args(), **case.all_kwargs())
-    tensors = case.args()[:6] + (case.conv_bias,) + case.args()[6:8]
-    reference = replay_with_goldens(*tensors, checked)
+    reference = replay_with_goldens(case.inputs(), checked)
     assert differing_elements(result, reference) == BITWISE_EQUAL
 
 

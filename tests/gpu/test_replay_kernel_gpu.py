@@ -17,6 +17,7 @@ import torch
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels.replay import (
     ReplayConfig,
+    ReplayTensors,
     launch_replay,
     multiprocessors,
     replay_config,
@@ -53,19 +54,14 @@ def qwen3_next_case(heads: str, state: str, lengths: list[int], *, device, seed:
 def run_kernel(case: ReplayCase, config: ReplayConfig | None = None):
     """(out, conv_state, state) of the kernel on copies of the caches, and the compiled kernel."""
     got = case.with_states_copied()
-    options = got.options
-    dims = replay_dims(
-        got.x, got.conv_weight, got.state, got.cu_seqlens, options["num_k_heads"], options["scale"]
-    )
+    tensors = ReplayTensors(*got.tensors())
+    dims = replay_dims(tensors, **got.options)
     out = torch.empty((got.x.shape[0], *got.state.shape[1:3]), dtype=got.x.dtype, device="cuda")
     compiled, _ = launch_replay(
-        *got.tensors(),
+        tensors,
         out,
         dims,
         config or replay_config(dims, got.state.dtype, multiprocessors(got.x.device)),
-        silu=options["activation"] is not None,
-        use_qk_l2norm=options["use_qk_l2norm"],
-        dim_first=options["dim_first"],
     )
     torch.cuda.synchronize()
     return (out, got.conv_state, got.state), compiled
@@ -114,7 +110,7 @@ def test_inactive_sequences_and_a_bias_give_the_goldens_bits():
 def test_launch_shapes_give_the_same_bits(state):
     case = qwen3_next_case("tp1", state, [257, 64, 1], device="cuda", seed=4)
     want = golden_replay(case)
-    dims = replay_dims(case.x, case.conv_weight, case.state, case.cu_seqlens, 16, 1.0)
+    dims = replay_dims(ReplayTensors(*case.tensors()), num_k_heads=16, scale=1.0)
     split = replay_config(dims, case.state.dtype, 0)
     for block_v, num_warps in ((16, 2), (32, 4), (64, 4), (128, 4), (128, 8)):
         config = ReplayConfig(block_v, split.log2_j, split.log2_cl, split.log2_vec, num_warps)

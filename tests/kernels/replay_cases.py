@@ -60,6 +60,51 @@ class ReplayCase:
         return (self.cu_seqlens[1:] - self.cu_seqlens[:-1]).tolist()
 
 
+def offsets(lengths: list[int], dtype: torch.dtype = torch.int32) -> Tensor:
+    """cu_seqlens of sequences of ``lengths``: [0, l0, l0 + l1, ...]."""
+    return torch.tensor(
+        [0, *torch.tensor(lengths, dtype=torch.int64).cumsum(0).tolist()], dtype=dtype
+    )
+
+
+def randn(
+    g: torch.Generator,
+    *shape: int,
+    dtype: torch.dtype = torch.float32,
+    scale: float = 1.0,
+    device: str | torch.device = "cpu",
+) -> Tensor:
+    """Normal draws from ``g`` (on the CPU) times ``scale``, in ``dtype``, on ``device``."""
+    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(device)
+
+
+def random_layer_inputs(
+    g: torch.Generator,
+    num_tokens: int,
+    *,
+    H: int,
+    HV: int,
+    K: int,
+    V: int,
+    W: int,
+    x_dtype: torch.dtype,
+    weight_dtype: torch.dtype,
+    device: str | torch.device = "cpu",
+) -> dict[str, Tensor]:
+    """Random x [N, 2*H*K + HV*V], a, b [N, HV] (x_dtype), A_log in [-1, 1), dt_bias [HV]
+    (float32) and conv_weight [dim, W] (weight_dtype, scale 0.5), drawn from ``g`` in that
+    order."""
+    dim = 2 * H * K + HV * V
+    return {
+        "x": randn(g, num_tokens, dim, dtype=x_dtype, device=device),
+        "a": randn(g, num_tokens, HV, dtype=x_dtype, device=device),
+        "b": randn(g, num_tokens, HV, dtype=x_dtype, device=device),
+        "A_log": (torch.rand(HV, generator=g) * 2.0 - 1.0).to(device),
+        "dt_bias": randn(g, HV, device=device),
+        "conv_weight": randn(g, dim, W, dtype=weight_dtype, scale=0.5, device=device),
+    }
+
+
 def shuffled_blocks(
     count: int, num_blocks: int, g: torch.Generator, inactive: dict[int, int], device
 ) -> Tensor:
@@ -101,29 +146,24 @@ def build_replay_case(
     total = sum(lengths)
     dim = 2 * H * K + HV * V
     num_blocks = num + extra_blocks + 1
-
-    def randn(*shape, dtype=torch.float32, scale=1.0):
-        return (torch.randn(*shape, generator=g) * scale).to(dtype).to(device)
-
     conv_shape = (num_blocks, dim, W - 1) if dim_first else (num_blocks, W - 1, dim)
-    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=index_dtype)
+    layer = random_layer_inputs(
+        g, total, H=H, HV=HV, K=K, V=V, W=W, x_dtype=x_dtype, weight_dtype=weight_dtype,
+        device=device,
+    )  # fmt: skip
+    bias = randn(g, dim, dtype=weight_dtype, scale=0.5, device=device) if with_bias else None
     return ReplayCase(
-        x=randn(total, dim, dtype=x_dtype),
-        a=randn(total, HV, dtype=x_dtype),
-        b=randn(total, HV, dtype=x_dtype),
-        A_log=(torch.rand(HV, generator=g) * 2.0 - 1.0).to(device),
-        dt_bias=randn(HV),
-        conv_weight=randn(dim, W, dtype=weight_dtype, scale=0.5),
-        conv_bias=randn(dim, dtype=weight_dtype, scale=0.5) if with_bias else None,
-        conv_state=randn(*conv_shape, dtype=conv_dtype),
+        **layer,
+        conv_bias=bias,
+        conv_state=randn(g, *conv_shape, dtype=conv_dtype, device=device),
         conv_indices=shuffled_blocks(num, num_blocks, g, conv_inactive or {}, device).to(
             index_dtype
         ),
-        state=randn(num_blocks, HV, V, K, dtype=state_dtype, scale=0.5),
+        state=randn(g, num_blocks, HV, V, K, dtype=state_dtype, scale=0.5, device=device),
         state_indices=shuffled_blocks(num, num_blocks, g, state_inactive or {}, device).to(
             index_dtype
         ),
-        cu_seqlens=cu_seqlens.to(device),
+        cu_seqlens=offsets(lengths, index_dtype).to(device),
         options={
             "num_k_heads": H,
             "scale": K**-0.5,

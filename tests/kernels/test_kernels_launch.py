@@ -240,6 +240,15 @@ def test_a_tensor_among_the_scalars_is_refused_before_the_first_launch():
     assert kernel.launches == []
 
 
+@pytest.mark.parametrize("leading", [None, 3, 2.5], ids=["none", "int", "float"])
+def test_a_scalar_among_the_leading_tensors_is_refused_by_name_before_the_first_launch(leading):
+    kernel = FakeKernel()
+    launcher = Launcher(kernel, tensors=2, direct=True)
+    with pytest.raises(TypeError, match=r"takes 2 leading tensor arguments, got tensors at \[0\]"):
+        launcher.launch((1,), (torch.zeros(4), leading), {"BLOCK": 16}, 4, CPU)
+    assert kernel.launches == []
+
+
 @pytest.mark.parametrize("module", [compiled_recurrent, compiled_conv], ids=["recurrent", "conv"])
 def test_the_kernels_launchers_count_their_leading_tensors(module):
     launcher = getattr(

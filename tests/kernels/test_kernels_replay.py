@@ -79,21 +79,10 @@ def run_kernel(replay, case: ReplayCase, config=None):
     if config is None:
         out = replay.replay_tokens(*got.tensors(), **got.options)
     else:
-        options = got.options
-        dims = replay.replay_dims(
-            got.x, got.conv_weight, got.state, got.cu_seqlens, options["num_k_heads"],
-            options["scale"],
-        )  # fmt: skip
+        tensors = replay.ReplayTensors(*got.tensors())
+        dims = replay.replay_dims(tensors, **got.options)
         out = torch.empty((got.x.shape[0], *got.state.shape[1:3]), dtype=got.x.dtype)
-        replay.launch_replay(
-            *got.tensors(),
-            out,
-            dims,
-            config,
-            silu=options["activation"] is not None,
-            use_qk_l2norm=options["use_qk_l2norm"],
-            dim_first=options["dim_first"],
-        )
+        replay.launch_replay(tensors, out, dims, config)
     return out, got.conv_state, got.state
 
 

@@ -8,7 +8,10 @@ import torch
 from torch import Tensor
 
 from vllm_gdn_invariant import golden
+from vllm_gdn_invariant.replay.checks import ReplayInputs
 from vllm_gdn_invariant.shadow.bits import differ
+
+from ..kernels.replay_cases import offsets, randn, random_layer_inputs
 
 FIELDS = ("out", "conv_state", "state")
 
@@ -42,6 +45,10 @@ class ReplayCase:
             self.cu_seqlens,
         )
 
+    def inputs(self) -> ReplayInputs:
+        """The tensors in the order of the replay's forward paths (conv_bias after conv_weight)."""
+        return ReplayInputs(*self.args()[:6], self.conv_bias, self.conv_state, self.state)
+
     def all_kwargs(self) -> dict:
         return {"conv_bias": self.conv_bias, **self.kwargs}
 
@@ -56,12 +63,6 @@ class ReplayCase:
 
     def with_changes(self, **changes) -> ReplayCase:
         return replace(self, **changes)
-
-
-def offsets(lengths: list[int], dtype: torch.dtype = torch.int32) -> Tensor:
-    return torch.tensor(
-        [0, *torch.tensor(lengths, dtype=torch.int64).cumsum(0).tolist()], dtype=dtype
-    )
 
 
 def build_case(
@@ -85,21 +86,15 @@ def build_case(
     g = torch.Generator().manual_seed(seed)
     n, s = sum(lengths), len(lengths)
     dim = 2 * H * K + HV * V
-
-    def randn(*shape, scale=1.0, dtype=torch.float32):
-        return (torch.randn(*shape, generator=g) * scale).to(dtype)
-
+    layer = random_layer_inputs(
+        g, n, H=H, HV=HV, K=K, V=V, W=W, x_dtype=x_dtype, weight_dtype=weight_dtype
+    )
     return ReplayCase(
-        x=randn(n, dim, dtype=x_dtype),
-        a=randn(n, HV, dtype=x_dtype),
-        b=randn(n, HV, dtype=x_dtype),
-        A_log=torch.rand(HV, generator=g) * 2.0 - 1.0,
-        dt_bias=randn(HV),
-        conv_weight=randn(dim, W, scale=0.5, dtype=weight_dtype),
-        conv_state=randn(s, dim, W - 1, dtype=conv_state_dtype),
-        state=randn(s, HV, V, K, scale=0.5, dtype=state_dtype),
+        **layer,
+        conv_state=randn(g, s, dim, W - 1, dtype=conv_state_dtype),
+        state=randn(g, s, HV, V, K, scale=0.5, dtype=state_dtype),
         cu_seqlens=offsets(lengths),
-        conv_bias=randn(dim, dtype=weight_dtype) if with_bias else None,
+        conv_bias=randn(g, dim, dtype=weight_dtype) if with_bias else None,
         kwargs={
             "num_k_heads": H,
             "scale": K**-0.5,

@@ -131,9 +131,8 @@ def negative_case():
 def test_a_plain_pytorch_recurrence_differs():
     case = negative_case()
     checked = check_replay_args(*case.args(), **case.all_kwargs())
-    tensors = case.args()[:6] + (case.conv_bias,) + case.args()[6:8]
     with torch.no_grad():
-        out, conv_state, state = replay_recurrence(*tensors, checked, dtype=torch.float32)
+        out, conv_state, state = replay_recurrence(case.inputs(), checked, dtype=torch.float32)
     result = (out.to(case.x.dtype), conv_state.to(case.conv_state.dtype), state)
     counts = differing_elements(result, goldens_token_by_token(case))
     assert counts["out"] > 0 and counts["state"] > 0, counts

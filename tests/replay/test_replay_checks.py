@@ -183,19 +183,26 @@ def prompt_call(case, **changes):
 
 PROMPT_CHECKED = {
     "one state of two": (
-        dict(state=base().state), ValueError, r"pass both conv_state and state .* or neither"
+        dict(state=base().state), ValueError,
+        r"pass both conv_state and state .* or neither .*; got state without conv_state",
     ),
     "bfloat16 state": (
         dict(conv_state=base().conv_state, state=base().state.bfloat16()),
         TypeError, r"state must be float32 \(the plugin's recurrent state",
     ),
     "head_v_dim": (
-        dict(head_v_dim=4), ValueError, r"width 48 gives K=8 .* V=4, but state.shape\[3\]=7"
+        dict(head_v_dim=4), ValueError,
+        r"x has width 48, but 2\*H\*K \+ HV\*V = 44 for num_k_heads=2, head_k_dim=7, "
+        r"head_v_dim=4 and HV=4 \(A_log.shape\[0\]\)",
+    ),
+    "head_k_dim with states": (
+        dict(conv_state=base().conv_state, state=base().state, head_k_dim=6), ValueError,
+        r"state has V=5, K=7 \(shape\[2:\]\), but head_v_dim=5, head_k_dim=6",
     ),
     "head_k_dim 0": (dict(head_k_dim=0), ValueError, r"head_k_dim must be > 0, got 0"),
     "conv_state_dtype with states": (
         dict(conv_state=base().conv_state, state=base().state, conv_state_dtype=torch.float32),
-        ValueError, r"conv_state_dtype is for a fresh prompt",
+        ValueError, r"conv_state_dtype=torch.float32 is for a fresh prompt",
     ),
     "conv_state_dtype int": (
         dict(conv_state_dtype=torch.int8), TypeError, r"conv_state_dtype must be one of",

@@ -146,23 +146,26 @@ def test_the_verdict_names_failing_replays_short_responses_errors_and_missing_ki
     ]
 
 
+def record_zeros(store: CaptureStore, weights, layout: StepLayout) -> None:
+    """A step of ``layout`` recorded into ``store`` for LAYER, every tensor zeros."""
+    step = store.begin_step(layout)
+    rows, n, dim = layout.num_rows, len(layout.requests), weights.conv_weight.shape[0]
+    store.record(
+        LAYER, weights, step, torch.zeros(rows, dim), torch.zeros(rows, NUM_V_HEADS),
+        torch.zeros(rows, NUM_V_HEADS), torch.zeros(rows, NUM_V_HEADS, HEAD_V),
+        torch.zeros(n, dim, WIDTH - 1), torch.zeros(n, NUM_V_HEADS, HEAD_V, HEAD_K),
+    )  # fmt: skip
+
+
 def test_a_skipped_or_repeated_position_is_refused():
     layouts = synthetic_schedule((5, 3), 3, 4)
     store = CaptureStore()
     serve_synthetic(store, prompts=(5, 3), new_tokens=3, budget=4)
     assert [len(store.requests(layer)) for layer in SMOKE_LAYERS] == [2, 2]
     fresh = CaptureStore()
-    weights = store.weights[LAYER]
-    dim = weights.conv_weight.shape[0]
 
     def record(layout):
-        step = fresh.begin_step(layout)
-        rows, n = layout.num_rows, len(layout.requests)
-        fresh.record(
-            LAYER, weights, step, torch.zeros(rows, dim), torch.zeros(rows, NUM_V_HEADS),
-            torch.zeros(rows, NUM_V_HEADS), torch.zeros(rows, NUM_V_HEADS, HEAD_V),
-            torch.zeros(n, dim, WIDTH - 1), torch.zeros(n, NUM_V_HEADS, HEAD_V, HEAD_K),
-        )  # fmt: skip
+        record_zeros(fresh, store.weights[LAYER], layout)
 
     record(layouts[0])
     assert layouts[0].requests == ("request-0",) and layouts[0].counts == (4,)
@@ -172,6 +175,30 @@ def test_a_skipped_or_repeated_position_is_refused():
             record(late)
     with pytest.raises(ValueError, match="inside its 5-token prompt"):
         fresh.requests(LAYER)
+
+
+def test_a_refused_step_records_nothing_of_its_other_requests():
+    store = CaptureStore()
+    serve_synthetic(store, prompts=(5, 3), new_tokens=3, budget=4)
+    fresh = CaptureStore()
+
+    def record(layout):
+        record_zeros(fresh, store.weights[LAYER], layout)
+
+    def progress():
+        return {
+            name: (len(r.chunks), r.next_position, r.steps, r.shared_steps, r.latest is None)
+            for name, r in fresh.rows[LAYER].items()
+        }
+
+    record(StepLayout(("r", "s"), (2, 1), (0, 0), (5, 3)))
+    before = progress()
+    assert before == {"r": (1, 2, 1, 1, False), "s": (1, 1, 1, 1, False)}
+    # r's rows go on from 2; s's skip position 1 and a new request t starts: the step is refused
+    bad = StepLayout(("r", "s", "t"), (1, 1, 1), (2, 2, 0), (5, 3, 4))
+    with pytest.raises(ValueError, match="request s has rows from position 2"):
+        record(bad)
+    assert progress() == before
 
 
 def test_a_step_whose_rows_cross_a_prompts_end_is_refused():

@@ -353,45 +353,40 @@ def compile_replay(
     conv_dtype: torch.dtype = torch.bfloat16,
     weight_dtype: torch.dtype = torch.bfloat16,
     with_bias: bool = False,
-    dim_first: bool = True,
     tokens: int = 8192,
     num_blocks: int = 1024,
     capability: int = 90,
     fusion: bool = False,
     config: replay_module.ReplayConfig | None = None,
     multiprocessors: int = replay_module.H200_MULTIPROCESSORS,
-):
+) -> object:
     """replay_kernel compiled for ``sm_<capability>`` with the default launch shape for ``dims``
-    on a GPU of ``multiprocessors`` SMs (or ``config``), Qwen3-Next's conv (no bias, SiLU) and
-    QK norm."""
+    on a GPU of ``multiprocessors`` SMs (or ``config``), the conv layout and options of ``dims``
+    (by default Qwen3-Next's: SiLU, QK norm) and no conv bias unless ``with_bias``."""
     H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k, dims.head_v
     dim = 2 * H * K + HV * V
     sequences = dims.num_sequences
     conv_shape = (num_blocks, dim, dims.taps - 1)
-    if not dim_first:
+    if not dims.dim_first:
         conv_shape = (num_blocks, dims.taps - 1, dim)
     if config is None:
         config = replay_module.replay_config(dims, state_dtype, multiprocessors, interpreted=False)
-    _, arguments, constexprs = replay_module.kernel_arguments(
-        meta((tokens, dim), x_dtype),
-        meta((tokens, HV), x_dtype),
-        meta((tokens, HV), x_dtype),
-        meta((HV,), torch.float32),
-        meta((HV,), torch.float32),
-        meta((dim, dims.taps), weight_dtype),
-        meta((dim,), weight_dtype) if with_bias else None,
-        meta(conv_shape, conv_dtype),
-        meta((sequences,), torch.int32),
-        meta((num_blocks, HV, V, K), state_dtype),
-        meta((sequences,), torch.int32),
-        meta((sequences + 1,), torch.int32),
-        meta((tokens, HV, V), x_dtype),
-        dims,
-        config,
-        silu=True,
-        use_qk_l2norm=True,
-        dim_first=dim_first,
+    tensors = replay_module.ReplayTensors(
+        x=meta((tokens, dim), x_dtype),
+        a=meta((tokens, HV), x_dtype),
+        b=meta((tokens, HV), x_dtype),
+        A_log=meta((HV,), torch.float32),
+        dt_bias=meta((HV,), torch.float32),
+        conv_weight=meta((dim, dims.taps), weight_dtype),
+        conv_bias=meta((dim,), weight_dtype) if with_bias else None,
+        conv_state=meta(conv_shape, conv_dtype),
+        conv_indices=meta((sequences,), torch.int32),
+        state=meta((num_blocks, HV, V, K), state_dtype),
+        state_indices=meta((sequences,), torch.int32),
+        cu_seqlens=meta((sequences + 1,), torch.int32),
     )
+    out = meta((tokens, HV, V), x_dtype)
+    _, arguments, constexprs = replay_module.kernel_arguments(tensors, out, dims, config)
     return compile_kernel(
         replay_module.replay_kernel, arguments, constexprs, config.num_warps, capability, fusion
     )

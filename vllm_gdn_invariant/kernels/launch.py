@@ -84,10 +84,16 @@ class Launcher:
         num_warps: int,
         device: torch.device,
     ) -> object:
+        """The launch of ``__call__`` on the current device: through Triton's JIT launcher the
+        first time a launch key is seen (or always, when not ``direct``), directly after."""
         if not self.direct:
             return self.jit_launch(grid, arguments, constexprs, num_warps)
         values = self.constexpr_values(arguments, constexprs)
-        key = launch_key(arguments, self.tensors, values, num_warps, device)
+        try:
+            key = launch_key(arguments, self.tensors, values, num_warps, device)
+        except AttributeError:  # a leading argument is no tensor: say which
+            self.require_tensors_first(arguments)
+            raise
         compiled = self.compiled.get(key)
         if compiled is None:
             self.require_tensors_first(arguments)

@@ -49,18 +49,21 @@ of 1024 tokens, both state dtypes, 8 shapes from 1 to 4 rows per thread and 2 to
 default was the fastest in all 8 cases; 4 rows per thread over 2 warps came next (8-10 % slower
 where the default is one program per head), and 1 row per thread took 1.01-3x its time. With 8
 sequences at TP4 (64 pairs) one program per head took 1.31-1.78x the time of the default's two.
-The kernel that held the conv weights in registers (commit b8a3b69) ran the same shapes in
-82-92 % of the time, but at 4 rows per thread it spills (up to 24 bytes).
+Holding the conv weights in registers across tokens runs faster but spills at 4 rows per thread
+(docs/kernels.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from vllm_gdn_invariant.golden import fp32_scale
 
 from .conv import TRITON_DTYPES, convolve
 from .elementary import INTERPRETED, round_to, to_fp32
@@ -408,9 +411,27 @@ class ReplayConfig:
     num_warps: int
 
 
+class ReplayTensors(NamedTuple):
+    """The tensors of a replay, in ``replay_tokens``' order (shapes in its docstring)."""
+
+    x: Tensor
+    a: Tensor
+    b: Tensor
+    A_log: Tensor
+    dt_bias: Tensor
+    conv_weight: Tensor
+    conv_bias: Tensor | None
+    conv_state: Tensor
+    conv_indices: Tensor
+    state: Tensor
+    state_indices: Tensor
+    cu_seqlens: Tensor
+
+
 @dataclass(frozen=True)
 class ReplayDims:
-    """Sizes of a replay, from the shapes of its arguments."""
+    """Sizes of a replay, from the shapes of its arguments, and its options: SiLU after the
+    conv, QK norm, the conv state's layout ([blocks, dim, W-1] when ``dim_first``)."""
 
     num_sequences: int
     num_k_heads: int
@@ -419,6 +440,9 @@ class ReplayDims:
     head_v: int
     taps: int
     scale: float  # rounded to fp32, as the goldens round it
+    silu: bool = True
+    use_qk_l2norm: bool = True
+    dim_first: bool = True
 
 
 def replay_config(
@@ -438,7 +462,7 @@ def replay_config(
         head_k=dims.head_k,
         head_v=dims.head_v,
         scale=dims.scale,
-        use_qk_l2norm=True,
+        use_qk_l2norm=dims.use_qk_l2norm,
     )
     split: RecurrentConfig = recurrent_config(recurrent_dims, state_dtype, interpreted)
     rows_per_warp = 32 >> split.log2_cl
@@ -466,73 +490,60 @@ def multiprocessors(device: torch.device) -> int:
 
 
 def replay_dims(
-    x: Tensor, conv_weight: Tensor, state: Tensor, cu_seqlens: Tensor, num_k_heads: int, scale
+    tensors: ReplayTensors,
+    *,
+    num_k_heads: int,
+    scale: float,
+    activation: str | None = "silu",
+    use_qk_l2norm: bool = True,
+    dim_first: bool = True,
 ) -> ReplayDims:
-    """The sizes of a replay from its arguments' shapes (no device reads)."""
-    _, num_v_heads, head_v, head_k = state.shape
+    """The sizes of a replay from its tensors' shapes (no device reads) and its options
+    (``replay_tokens``' keyword arguments)."""
+    _, num_v_heads, head_v, head_k = tensors.state.shape
     return ReplayDims(
-        num_sequences=cu_seqlens.shape[0] - 1,
+        num_sequences=tensors.cu_seqlens.shape[0] - 1,
         num_k_heads=num_k_heads,
         num_v_heads=num_v_heads,
         head_k=head_k,
         head_v=head_v,
-        taps=conv_weight.shape[1],
-        scale=torch.tensor(scale, dtype=torch.float32).item(),
+        taps=tensors.conv_weight.shape[1],
+        scale=fp32_scale(scale),
+        silu=activation is not None,
+        use_qk_l2norm=use_qk_l2norm,
+        dim_first=dim_first,
     )
 
 
+def conv_layout(tensors: ReplayTensors, dims: ReplayDims) -> Tensor:
+    """The conv state as [blocks, dim, W-1] (a view), whose strides the kernels take."""
+    return tensors.conv_state if dims.dim_first else tensors.conv_state.transpose(1, 2)
+
+
 def kernel_arguments(
-    x: Tensor,
-    a: Tensor,
-    b: Tensor,
-    A_log: Tensor,
-    dt_bias: Tensor,
-    conv_weight: Tensor,
-    conv_bias: Tensor | None,
-    conv_state: Tensor,
-    conv_indices: Tensor,
-    state: Tensor,
-    state_indices: Tensor,
-    cu_seqlens: Tensor,
-    out: Tensor,
-    dims: ReplayDims,
-    config: ReplayConfig,
-    *,
-    silu: bool,
-    use_qk_l2norm: bool,
-    dim_first: bool,
+    tensors: ReplayTensors, out: Tensor, dims: ReplayDims, config: ReplayConfig
 ) -> tuple[tuple[int], tuple, dict]:
     """(grid, positional arguments, constexpr arguments) of replay_kernel."""
-    layout = conv_state if dim_first else conv_state.transpose(1, 2)  # [blocks, dim, W-1]
-    operand_dtype = torch.promote_types(conv_state.dtype, conv_weight.dtype)
+    t = tensors
+    operand_dtype = torch.promote_types(t.conv_state.dtype, t.conv_weight.dtype)
     num_v_tiles = cdiv(dims.head_v, config.block_v)
+    bias = t.conv_weight if t.conv_bias is None else t.conv_bias  # not read without a bias
     arguments = (
-        x,
-        a,
-        b,
-        A_log,
-        dt_bias,
-        conv_weight,
-        conv_weight if conv_bias is None else conv_bias,  # not read without a bias
-        conv_state,
-        conv_indices,
-        state,
-        state_indices,
-        cu_seqlens,
+        *t._replace(conv_bias=bias),  # NamedTuple's public copy-with-changes
         out,
         dims.scale,
-        *x.stride(),
-        *a.stride(),
-        *b.stride(),
-        A_log.stride(0),
-        dt_bias.stride(0),
-        *conv_weight.stride(),
-        0 if conv_bias is None else conv_bias.stride(0),
-        *layout.stride(),
-        conv_indices.stride(0),
-        *state.stride(),
-        state_indices.stride(0),
-        cu_seqlens.stride(0),
+        *t.x.stride(),
+        *t.a.stride(),
+        *t.b.stride(),
+        t.A_log.stride(0),
+        t.dt_bias.stride(0),
+        *t.conv_weight.stride(),
+        0 if t.conv_bias is None else t.conv_bias.stride(0),
+        *conv_layout(t, dims).stride(),
+        t.conv_indices.stride(0),
+        *t.state.stride(),
+        t.state_indices.stride(0),
+        t.cu_seqlens.stride(0),
         *out.stride(),
     )
     constexprs = {
@@ -547,35 +558,27 @@ def kernel_arguments(
         "LOG2_CL": config.log2_cl,
         "LOG2_VEC": config.log2_vec,
         "OPERAND_DTYPE": TRITON_DTYPES[operand_dtype],
-        "HAS_BIAS": conv_bias is not None,
-        "SILU": silu,
-        "USE_QK_L2NORM": use_qk_l2norm,
+        "HAS_BIAS": t.conv_bias is not None,
+        "SILU": dims.silu,
+        "USE_QK_L2NORM": dims.use_qk_l2norm,
     }
     grid = (dims.num_sequences * dims.num_v_heads * num_v_tiles,)
     return grid, arguments, constexprs
 
 
-def tail_arguments(
-    x: Tensor,
-    conv_state: Tensor,
-    conv_indices: Tensor,
-    cu_seqlens: Tensor,
-    dims: ReplayDims,
-    *,
-    dim_first: bool,
-) -> tuple[tuple[int, int], tuple, dict]:
+def tail_arguments(tensors: ReplayTensors, dims: ReplayDims) -> tuple[tuple[int, int], tuple, dict]:
     """(grid, positional arguments, constexpr arguments) of conv_tail_kernel."""
-    layout = conv_state if dim_first else conv_state.transpose(1, 2)  # [blocks, dim, W-1]
-    dim = x.shape[1]
+    t = tensors
+    dim = t.x.shape[1]
     arguments = (
-        x,
-        conv_state,
-        conv_indices,
-        cu_seqlens,
-        *x.stride(),
-        *layout.stride(),
-        conv_indices.stride(0),
-        cu_seqlens.stride(0),
+        t.x,
+        t.conv_state,
+        t.conv_indices,
+        t.cu_seqlens,
+        *t.x.stride(),
+        *conv_layout(t, dims).stride(),
+        t.conv_indices.stride(0),
+        t.cu_seqlens.stride(0),
     )
     constexprs = {"DIM": dim, "W": dims.taps, "BLOCK_D": TAIL_BLOCK_D}
     return (dims.num_sequences, cdiv(dim, TAIL_BLOCK_D)), arguments, constexprs
@@ -588,57 +591,17 @@ LAUNCH_TAIL = Launcher(conv_tail_kernel, tensors=4, direct=False)
 
 
 def launch_replay(
-    x: Tensor,
-    a: Tensor,
-    b: Tensor,
-    A_log: Tensor,
-    dt_bias: Tensor,
-    conv_weight: Tensor,
-    conv_bias: Tensor | None,
-    conv_state: Tensor,
-    conv_indices: Tensor,
-    state: Tensor,
-    state_indices: Tensor,
-    cu_seqlens: Tensor,
-    out: Tensor,
-    dims: ReplayDims,
-    config: ReplayConfig,
-    *,
-    silu: bool,
-    use_qk_l2norm: bool,
-    dim_first: bool,
+    tensors: ReplayTensors, out: Tensor, dims: ReplayDims, config: ReplayConfig
 ) -> tuple[object, object]:
     """Launch replay_kernel, then conv_tail_kernel; returns what the two launches returned
     (Triton's compiled kernels; None under the interpreter or when there are no tokens)."""
-    if dims.num_sequences == 0 or x.shape[0] == 0:
+    device = tensors.x.device
+    if dims.num_sequences == 0 or tensors.x.shape[0] == 0:
         return None, None
-    grid, arguments, constexprs = kernel_arguments(
-        x,
-        a,
-        b,
-        A_log,
-        dt_bias,
-        conv_weight,
-        conv_bias,
-        conv_state,
-        conv_indices,
-        state,
-        state_indices,
-        cu_seqlens,
-        out,
-        dims,
-        config,
-        silu=silu,
-        use_qk_l2norm=use_qk_l2norm,
-        dim_first=dim_first,
-    )
-    compiled = LAUNCH_REPLAY(
-        grid, arguments, constexprs, num_warps=config.num_warps, device=x.device
-    )
-    grid, arguments, constexprs = tail_arguments(
-        x, conv_state, conv_indices, cu_seqlens, dims, dim_first=dim_first
-    )
-    tail = LAUNCH_TAIL(grid, arguments, constexprs, num_warps=TAIL_WARPS, device=x.device)
+    grid, arguments, constexprs = kernel_arguments(tensors, out, dims, config)
+    compiled = LAUNCH_REPLAY(grid, arguments, constexprs, num_warps=config.num_warps, device=device)
+    grid, arguments, constexprs = tail_arguments(tensors, dims)
+    tail = LAUNCH_TAIL(grid, arguments, constexprs, num_warps=TAIL_WARPS, device=device)
     return compiled, tail
 
 
@@ -679,29 +642,21 @@ def replay_tokens(
     Nothing is validated (the callers check the arguments) and nothing is read back to the host:
     sizes come from shapes. Runs on CUDA tensors, or on CPU tensors under ``TRITON_INTERPRET=1``.
     """
-    dims = replay_dims(x, conv_weight, state, cu_seqlens, num_k_heads, scale)
+    tensors = ReplayTensors(
+        x, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, conv_indices, state,
+        state_indices, cu_seqlens,
+    )  # fmt: skip
+    dims = replay_dims(
+        tensors,
+        num_k_heads=num_k_heads,
+        scale=scale,
+        activation=activation,
+        use_qk_l2norm=use_qk_l2norm,
+        dim_first=dim_first,
+    )
     if out is None:
         out = torch.empty(
             (x.shape[0], dims.num_v_heads, dims.head_v), dtype=x.dtype, device=x.device
         )
-    launch_replay(
-        x,
-        a,
-        b,
-        A_log,
-        dt_bias,
-        conv_weight,
-        conv_bias,
-        conv_state,
-        conv_indices,
-        state,
-        state_indices,
-        cu_seqlens,
-        out,
-        dims,
-        replay_config(dims, state.dtype, multiprocessors(x.device)),
-        silu=activation is not None,
-        use_qk_l2norm=use_qk_l2norm,
-        dim_first=dim_first,
-    )
+    launch_replay(tensors, out, dims, replay_config(dims, state.dtype, multiprocessors(x.device)))
     return out

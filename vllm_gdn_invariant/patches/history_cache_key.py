@@ -53,6 +53,7 @@ def salt_generated_blocks(on: bool = True) -> None:
 
 
 def salting() -> bool:
+    """Whether this process adds :data:`DECODE_KEY` (``salt_generated_blocks``)."""
     return _salting["on"]
 
 

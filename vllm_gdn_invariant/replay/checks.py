@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -39,6 +40,22 @@ from vllm_gdn_invariant.golden.contract import (
 )
 
 from .plan import SequencePlan
+
+
+class ReplayInputs(NamedTuple):
+    """The tensors of a replay, in the autograd function's order (replay_response's, with
+    ``conv_bias`` after ``conv_weight``): what the forward paths take and the backward
+    differentiates."""
+
+    x: Tensor
+    a: Tensor
+    b: Tensor
+    A_log: Tensor
+    dt_bias: Tensor
+    conv_weight: Tensor
+    conv_bias: Tensor | None
+    conv_state: Tensor
+    state: Tensor
 
 
 @dataclass(frozen=True)
@@ -196,9 +213,10 @@ def check_prompt_args(
     head_k = require_positive_int(head_k_dim, "head_k_dim")
     head_v = require_positive_int(head_v_dim, "head_v_dim")
     if (conv_state is None) != (state is None):
+        given, missing = ("state", "conv_state") if conv_state is None else ("conv_state", "state")
         raise ValueError(
             "pass both conv_state and state (a prompt that continues from cached states) or "
-            "neither (a fresh prompt)"
+            f"neither (a fresh prompt); got {given} without {missing}"
         )
     if conv_state is None:
         require_tensor(x, "x", ndim=2, dtypes=FLOAT_DTYPES)
@@ -208,6 +226,15 @@ def check_prompt_args(
         if conv_state_dtype is not None and conv_state_dtype not in FLOAT_DTYPES:
             raise TypeError(
                 f"conv_state_dtype must be one of {FLOAT_DTYPES}, got {conv_state_dtype!r}"
+            )
+        # The zero states take their shapes from the head dims: check them against x here,
+        # or the goldens' check would name the shape of a state the caller did not pass.
+        heads, num_v_heads = require_positive_int(num_k_heads, "num_k_heads"), A_log.shape[0]
+        width = 2 * heads * head_k + num_v_heads * head_v
+        if x.shape[1] != width:
+            raise ValueError(
+                f"x has width {x.shape[1]}, but 2*H*K + HV*V = {width} for num_k_heads={heads}, "
+                f"head_k_dim={head_k}, head_v_dim={head_v} and HV={num_v_heads} (A_log.shape[0])"
             )
         sequences = max(cu_seqlens.shape[0] - 1, 0)
         conv_state = torch.zeros(
@@ -219,7 +246,10 @@ def check_prompt_args(
             (sequences, A_log.shape[0], head_v, head_k), dtype=torch.float32, device=x.device
         )
     elif conv_state_dtype is not None:
-        raise ValueError("conv_state_dtype is for a fresh prompt; conv_state has its own dtype")
+        raise ValueError(
+            f"conv_state_dtype={conv_state_dtype} is for a fresh prompt; conv_state has its own "
+            "dtype"
+        )
     elif isinstance(state, Tensor) and state.dtype != torch.float32:
         raise TypeError(
             "state must be float32 (the plugin's recurrent state under VLLM_BATCH_INVARIANT=1), "

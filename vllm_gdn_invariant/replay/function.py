@@ -14,37 +14,29 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .checks import ReplayArgs
+from .checks import ReplayArgs, ReplayInputs
 from .recurrence import replay_recurrence
 
-Forward = Callable[..., tuple[Tensor, Tensor, Tensor]]
-INPUTS = (
-    "x",
-    "a",
-    "b",
-    "A_log",
-    "dt_bias",
-    "conv_weight",
-    "conv_bias",
-    "conv_state",
-    "state",
-)
+Forward = Callable[[ReplayInputs], tuple[Tensor, Tensor, Tensor]]
 
 
 class ReplayFunction(torch.autograd.Function):
     """apply(forward, args, x, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, state)
-    -> (out, conv_state, state); ``forward`` takes the nine tensors (module docstring)."""
+    -> (out, conv_state, state); ``forward`` takes the nine tensors as ``ReplayInputs``
+    (module docstring)."""
 
     @staticmethod
-    def forward(ctx, forward: Forward, args: ReplayArgs, *inputs: Tensor | None):
+    def forward(
+        ctx, forward: Forward, args: ReplayArgs, *inputs: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         ctx.set_materialize_grads(False)
         ctx.args = args
         ctx.save_for_backward(*inputs)
-        return forward(*inputs)
+        return forward(ReplayInputs(*inputs))
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, *grads: Tensor | None):
+    def backward(ctx, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
         needs = ctx.needs_input_grad[2:]
         return (None, None, *recompute_grads(ctx.saved_tensors, needs, grads, ctx.args))
 
@@ -65,7 +57,7 @@ def recompute_grads(
             None if t is None else t.detach().requires_grad_(need)
             for t, need in zip(inputs, needs, strict=True)
         ]
-        outputs = replay_recurrence(*leaves, args, dtype=torch.float32)
+        outputs = replay_recurrence(ReplayInputs(*leaves), args, dtype=torch.float32)
         pairs = [(o, g.to(o.dtype)) for o, g in zip(outputs, grads, strict=True) if g is not None]
         sources = [leaf for leaf, need in zip(leaves, needs, strict=True) if need]
         found = iter(

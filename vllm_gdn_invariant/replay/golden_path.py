@@ -18,28 +18,18 @@ from torch import Tensor
 
 from vllm_gdn_invariant import golden
 
-from .checks import ReplayArgs
+from .checks import ReplayArgs, ReplayInputs
 from .plan import with_null_block
 
 
-def replay_with_goldens(
-    x: Tensor,
-    a: Tensor,
-    b: Tensor,
-    A_log: Tensor,
-    dt_bias: Tensor,
-    conv_weight: Tensor,
-    conv_bias: Tensor | None,
-    conv_state: Tensor,
-    state: Tensor,
-    checked: ReplayArgs,
-) -> tuple[Tensor, Tensor, Tensor]:
+def replay_with_goldens(inputs: ReplayInputs, checked: ReplayArgs) -> tuple[Tensor, Tensor, Tensor]:
     """(out [N, HV, V] in x's dtype, final conv state, final state), out of place."""
+    x = inputs.x
     plan, dims = checked.plan, checked.dims
     device = x.device
-    ranking = torch.tensor(plan.ranking, dtype=torch.int64, device=device)
-    conv_pool = with_null_block(conv_state.index_select(0, ranking))
-    state_pool = with_null_block(state.index_select(0, ranking))
+    ranking = plan.ranking_on(device)
+    conv_pool = with_null_block(inputs.conv_state.index_select(0, ranking))
+    state_pool = with_null_block(inputs.state.index_select(0, ranking))
     starts = torch.tensor([plan.starts[s] for s in plan.ranking], dtype=torch.int64, device=device)
     out = torch.zeros((dims.batch, dims.num_v_heads, dims.head_v), dtype=x.dtype, device=device)
     blocks = torch.arange(1, plan.num_sequences + 1, dtype=torch.int32, device=device)
@@ -48,18 +38,18 @@ def replay_with_goldens(
         y, new_conv = golden.conv_update(
             x.index_select(0, rows),
             conv_pool[: n + 1],
-            conv_weight,
+            inputs.conv_weight,
             blocks[:n],
-            bias=conv_bias,
+            bias=inputs.conv_bias,
             activation=checked.activation,
             dim_first=True,
         )
         o, new_state = golden.recurrent_step(
             y,
-            a.index_select(0, rows),
-            b.index_select(0, rows),
-            A_log,
-            dt_bias,
+            inputs.a.index_select(0, rows),
+            inputs.b.index_select(0, rows),
+            inputs.A_log,
+            inputs.dt_bias,
             state_pool[: n + 1],
             blocks[:n],
             num_k_heads=dims.num_k_heads,

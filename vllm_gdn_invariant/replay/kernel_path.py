@@ -15,38 +15,28 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .checks import ReplayArgs
+from .checks import ReplayArgs, ReplayInputs
 from .plan import with_null_block
 
 
 def replay_with_kernel(
-    x: Tensor,
-    a: Tensor,
-    b: Tensor,
-    A_log: Tensor,
-    dt_bias: Tensor,
-    conv_weight: Tensor,
-    conv_bias: Tensor | None,
-    conv_state: Tensor,
-    state: Tensor,
-    cu_seqlens: Tensor,
-    checked: ReplayArgs,
+    inputs: ReplayInputs, cu_seqlens: Tensor, checked: ReplayArgs
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(out [N, HV, V] in x's dtype, final conv state, final state), out of place."""
     from vllm_gdn_invariant.kernels.replay import replay_tokens  # CUDA only; imports Triton
 
-    dims = checked.dims
-    conv_pool = with_null_block(conv_state)
-    state_pool = with_null_block(state)
-    blocks = torch.arange(1, conv_state.shape[0] + 1, dtype=torch.int32, device=x.device)
+    x, dims = inputs.x, checked.dims
+    conv_pool = with_null_block(inputs.conv_state)
+    state_pool = with_null_block(inputs.state)
+    blocks = torch.arange(1, conv_pool.shape[0], dtype=torch.int32, device=x.device)
     out = replay_tokens(
         x.contiguous(),
-        a.contiguous(),
-        b.contiguous(),
-        A_log,
-        dt_bias,
-        conv_weight,
-        conv_bias,
+        inputs.a.contiguous(),
+        inputs.b.contiguous(),
+        inputs.A_log,
+        inputs.dt_bias,
+        inputs.conv_weight,
+        inputs.conv_bias,
         conv_pool,
         blocks,
         state_pool,

@@ -49,6 +49,11 @@ class SequencePlan:
         """Sequence ids by length, longest first; equal lengths in sequence order."""
         return tuple(sorted(range(self.num_sequences), key=lambda s: -self.lengths[s]))
 
+    def ranking_on(self, device: torch.device) -> Tensor:
+        """``ranking`` as an int64 tensor on ``device``: ``index_select`` with it puts the
+        sequences in ranking order, with its ``argsort`` back in sequence order."""
+        return torch.tensor(self.ranking, dtype=torch.int64, device=device)
+
     @cached_property
     def step_sizes(self) -> tuple[int, ...]:
         """How many sequences step ``t`` advances, for t = 0 .. max_length - 1 (non-increasing)."""

@@ -35,7 +35,7 @@ import functools
 import torch
 from torch import Tensor
 
-from .checks import ReplayArgs, check_prompt_args
+from .checks import ReplayArgs, ReplayInputs, check_prompt_args
 from .function import ReplayFunction
 from .plan import with_null_block
 
@@ -51,27 +51,19 @@ def require_prefill_device(x: Tensor) -> None:
 
 
 def prefill_with_vllm(
-    x: Tensor,
-    a: Tensor,
-    b: Tensor,
-    A_log: Tensor,
-    dt_bias: Tensor,
-    conv_weight: Tensor,
-    conv_bias: Tensor | None,
-    conv_state: Tensor,
-    state: Tensor,
-    *,
-    checked: ReplayArgs,
-    fresh: bool,
+    inputs: ReplayInputs, *, checked: ReplayArgs, fresh: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(out [N, HV, V] in x's dtype, final conv state, final float32 state) from vLLM's prefill
     functions (module docstring); the inputs are not modified."""
+    # vLLM's layer code is imported when a prompt first runs: importing the replay package
+    # (a trainer's CPU process included) does not load vLLM's model executor.
     from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
     from vllm.third_party.flash_linear_attention.ops.index import (
         prepare_chunk_indices,
         prepare_chunk_offsets,
     )
 
+    x, conv_state = inputs.x, inputs.conv_state
     dims, device = checked.dims, x.device
     sequences = conv_state.shape[0]
     if qwen.is_conv_state_dim_first():
@@ -85,8 +77,8 @@ def prefill_with_vllm(
 
     conv_out = qwen.causal_conv1d_fn(
         x.contiguous().transpose(0, 1),
-        conv_weight,
-        conv_bias,
+        inputs.conv_weight,
+        inputs.conv_bias,
         activation=checked.activation,
         conv_states=conv_pool,
         has_initial_state=has_initial_state,
@@ -96,10 +88,10 @@ def prefill_with_vllm(
     ).transpose(0, 1)
     q, k, v, g, beta = qwen.fused_post_conv_prep(
         conv_output=conv_out,
-        a=a.contiguous(),
-        b=b.contiguous(),
-        A_log=A_log,
-        dt_bias=dt_bias,
+        a=inputs.a.contiguous(),
+        b=inputs.b.contiguous(),
+        A_log=inputs.A_log,
+        dt_bias=inputs.dt_bias,
         num_k_heads=dims.num_k_heads,
         head_k_dim=dims.head_k,
         head_v_dim=dims.head_v,
@@ -112,7 +104,7 @@ def prefill_with_vllm(
         v=v.unsqueeze(0),
         g=g.unsqueeze(0),
         beta=beta.unsqueeze(0),
-        initial_state=state.to(torch.float32).clone(),
+        initial_state=inputs.state.to(torch.float32).clone(),
         output_final_state=True,
         cu_seqlens=query_start_loc,
         chunk_indices=prepare_chunk_indices(starts, qwen.FLA_CHUNK_SIZE).to(device),
@@ -179,16 +171,5 @@ def prompt_state(
         raise TypeError(f"x must be bfloat16 or float16 for vLLM's chunk kernels, got {x.dtype}")
     require_prefill_device(x)
     forward = functools.partial(prefill_with_vllm, checked=checked, fresh=conv_state is None)
-    return ReplayFunction.apply(
-        forward,
-        checked,
-        x,
-        a,
-        b,
-        A_log,
-        dt_bias,
-        conv_weight,
-        conv_bias,
-        conv_state0,
-        state0,
-    )
+    inputs = ReplayInputs(x, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state0, state0)
+    return ReplayFunction.apply(forward, checked, *inputs)

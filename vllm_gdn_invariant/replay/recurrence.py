@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .checks import ReplayArgs
+from .checks import ReplayArgs, ReplayInputs
 
 QK_NORM_EPS = 1e-6
 SOFTPLUS_THRESHOLD = 20.0
@@ -50,6 +50,7 @@ class Weights:
 
 
 def l2_normalize(x: Tensor) -> Tensor:
+    """x / sqrt(x.x + 1e-6) over the last dimension."""
     return x / torch.sqrt((x * x).sum(-1, keepdim=True) + QK_NORM_EPS)
 
 
@@ -102,21 +103,38 @@ def run_steps(
     Returns (the steps' outputs, step after step; h; hist), the states of every sequence given,
     those that finished on the way holding their final values.
     """
-    n = h.shape[0]
     finished: list[tuple[Tensor, Tensor]] = []
     outputs = []
     for x_t, a_t, b_t in zip(x.split(sizes), a.split(sizes), b.split(sizes), strict=True):
-        m = x_t.shape[0]
-        if m < n:
-            h, h_done = h.split([m, n - m])
-            hist, hist_done = hist.split([m, n - m])
-            finished.append((h_done, hist_done))
-            n = m
+        h, hist = set_aside_finished(h, hist, x_t.shape[0], finished)
         o, h, hist = gdn_step(x_t, a_t, b_t, hist, h, weights, args)
         outputs.append(o)
+    h, hist = with_finished(h, hist, finished)
+    return torch.cat(outputs), h, hist
+
+
+def set_aside_finished(
+    h: Tensor, hist: Tensor, keep: int, finished: list[tuple[Tensor, Tensor]]
+) -> tuple[Tensor, Tensor]:
+    """The states of the first ``keep`` ranked sequences; those of the others (finished: the
+    ranking puts them last) are appended to ``finished``."""
+    n = h.shape[0]
+    if keep == n:
+        return h, hist
+    h, h_done = h.split([keep, n - keep])
+    hist, hist_done = hist.split([keep, n - keep])
+    finished.append((h_done, hist_done))
+    return h, hist
+
+
+def with_finished(
+    h: Tensor, hist: Tensor, finished: list[tuple[Tensor, Tensor]]
+) -> tuple[Tensor, Tensor]:
+    """The states of every ranked sequence again: ``h``, ``hist`` followed by those set aside
+    (``set_aside_finished``), in ranking order."""
     h = torch.cat([h, *(done[0] for done in reversed(finished))])
     hist = torch.cat([hist, *(done[1] for done in reversed(finished))])
-    return torch.cat(outputs), h, hist
+    return h, hist
 
 
 def segment_length(max_length: int) -> int:
@@ -125,57 +143,42 @@ def segment_length(max_length: int) -> int:
 
 
 def replay_recurrence(
-    x: Tensor,
-    a: Tensor,
-    b: Tensor,
-    A_log: Tensor,
-    dt_bias: Tensor,
-    conv_weight: Tensor,
-    conv_bias: Tensor | None,
-    conv_state: Tensor,
-    state: Tensor,
-    args: ReplayArgs,
-    dtype: torch.dtype = torch.float32,
+    inputs: ReplayInputs, args: ReplayArgs, dtype: torch.dtype = torch.float32
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(out [N, HV, V], final conv state [S, dim, W-1], final state [S, HV, V, K]) in ``dtype``,
-    differentiable in every tensor argument (module docstring)."""
-    plan, device = args.plan, x.device
-    ranking = torch.tensor(plan.ranking, dtype=torch.int64, device=device)
+    differentiable in every tensor of ``inputs`` (module docstring)."""
+    t = inputs
+    plan, device = args.plan, t.x.device
+    ranking = plan.ranking_on(device)
     tokens = torch.tensor(plan.step_major_tokens(), dtype=torch.int64, device=device)
     weights = Weights(
-        conv_weight=conv_weight.to(dtype),
-        conv_bias=None if conv_bias is None else conv_bias.to(dtype),
-        decay=-torch.exp(A_log.to(dtype)),
-        dt_bias=dt_bias.to(dtype),
+        conv_weight=t.conv_weight.to(dtype),
+        conv_bias=None if t.conv_bias is None else t.conv_bias.to(dtype),
+        decay=-torch.exp(t.A_log.to(dtype)),
+        dt_bias=t.dt_bias.to(dtype),
     )
-    x_steps = x.to(dtype).index_select(0, tokens)
-    a_steps = a.to(dtype).index_select(0, tokens)
-    b_steps = b.to(dtype).index_select(0, tokens)
-    h = state.to(dtype).index_select(0, ranking)
-    hist = conv_state.to(dtype).index_select(0, ranking)
+    x_steps = t.x.to(dtype).index_select(0, tokens)
+    a_steps = t.a.to(dtype).index_select(0, tokens)
+    b_steps = t.b.to(dtype).index_select(0, tokens)
+    h = t.state.to(dtype).index_select(0, ranking)
+    hist = t.conv_state.to(dtype).index_select(0, ranking)
 
     sizes, length = plan.step_sizes, segment_length(plan.max_length)
     segments = [sizes[t : t + length] for t in range(0, len(sizes), length)]
     counts = [sum(segment) for segment in segments]
     finished: list[tuple[Tensor, Tensor]] = []
     outputs = []
-    n = plan.num_sequences
     for segment, x_seg, a_seg, b_seg in zip(
         segments, x_steps.split(counts), a_steps.split(counts), b_steps.split(counts), strict=True
     ):
-        if segment[0] < n:
-            h, h_done = h.split([segment[0], n - segment[0]])
-            hist, hist_done = hist.split([segment[0], n - segment[0]])
-            finished.append((h_done, hist_done))
-            n = segment[0]
+        h, hist = set_aside_finished(h, hist, segment[0], finished)
         step = (h, hist, x_seg, a_seg, b_seg, weights, args, segment)
         if torch.is_grad_enabled():
             o, h, hist = checkpoint(run_steps, *step, use_reentrant=False)
         else:
             o, h, hist = run_steps(*step)
         outputs.append(o)
-    h = torch.cat([h, *(done[0] for done in reversed(finished))])
-    hist = torch.cat([hist, *(done[1] for done in reversed(finished))])
+    h, hist = with_finished(h, hist, finished)
     dims = args.dims
     out_steps = (
         torch.cat(outputs)

@@ -6,8 +6,8 @@ import functools
 
 from torch import Tensor
 
-from .checks import check_replay_args, require_float32_state_for_grad
-from .function import INPUTS, ReplayFunction
+from .checks import ReplayInputs, check_replay_args, require_float32_state_for_grad
+from .function import ReplayFunction
 from .golden_path import replay_with_goldens
 from .kernel_path import replay_with_kernel
 
@@ -67,8 +67,8 @@ def replay_response(
         activation=activation,
         use_qk_l2norm=use_qk_l2norm,
     )
-    inputs = (x, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, state)
-    require_float32_state_for_grad(state, dict(zip(INPUTS, inputs, strict=True)))
+    inputs = ReplayInputs(x, a, b, A_log, dt_bias, conv_weight, conv_bias, conv_state, state)
+    require_float32_state_for_grad(state, inputs._asdict())  # NamedTuple's public name map
     if x.device.type == "cuda":
         forward = functools.partial(replay_with_kernel, cu_seqlens=cu_seqlens, checked=checked)
     else:
