@@ -13,6 +13,6 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --no-deps -e .
 # the test tools, pinned as in pyproject.toml's `test` extra; matplotlib: the shadow report's
 # --plot (the `plot` extra)
-.venv/bin/python -m pip install -q pytest==9.2.0 pytest-timeout==2.4.0 ruff==0.17.6 requests \
-    matplotlib
+.venv/bin/python -m pip install -q pytest==9.2.0 pytest-timeout==2.4.0 pytest-xdist==3.8.0 \
+    ruff==0.17.6 requests matplotlib
 .venv/bin/python -c "import vllm, vllm_gdn_invariant; print('installed: vllm', vllm.__version__, '+ vllm-gdn-invariant', vllm_gdn_invariant.__version__)"

@@ -1,17 +1,24 @@
 """Shared fixtures: published vLLM wheels, read without installing them; the pair of
-``vllm serve`` runs the serve tests share; vLLM's GDN kernels replaced by CPU stand-ins."""
+``vllm serve`` runs the serve tests share; vLLM's GDN kernels replaced by CPU stand-ins.
+
+The test order: tests that start engines or run a release's suite first, so that pytest-xdist's
+two workers (README's test command) do not end on one of them; ``scheduling.py`` keeps the
+tests that share such a setup in one worker."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import importlib.metadata
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -26,29 +33,48 @@ WHEEL_CACHE = Path(
 )
 
 
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """An exclusive lock on ``<cache>/<name>.lock``, held across processes (pytest-xdist's
+    workers and the release runs share the wheel cache)."""
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(WHEEL_CACHE / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def vllm_wheel(version: str) -> Path:
     """The CUDA vLLM wheel of ``version``, downloaded once into the cache."""
     found = sorted(WHEEL_CACHE.glob(f"vllm-{version}-*.whl"))
     if found:
         return found[0]
-    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            f"vllm=={version}",
-            "-d",
-            str(WHEEL_CACHE),
-        ],
-        check=True,
-    )
-    found = sorted(WHEEL_CACHE.glob(f"vllm-{version}-*.whl"))
-    assert found, f"pip download of vllm=={version} left no wheel in {WHEEL_CACHE}"
-    return found[0]
+    with cache_lock(f"vllm-{version}"):
+        found = sorted(WHEEL_CACHE.glob(f"vllm-{version}-*.whl"))
+        if found:  # another process downloaded it while this one waited
+            return found[0]
+        with tempfile.TemporaryDirectory(dir=WHEEL_CACHE) as partial:
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    f"vllm=={version}",
+                    "-d",
+                    partial,
+                ],
+                check=True,
+            )
+            downloaded = sorted(Path(partial).glob(f"vllm-{version}-*.whl"))
+            assert downloaded, f"pip download of vllm=={version} left no wheel in {partial}"
+            wheel = WHEEL_CACHE / downloaded[0].name
+            os.replace(downloaded[0], wheel)  # the cache holds a wheel whole or not at all
+    return wheel
 
 
 @functools.cache
@@ -115,3 +141,28 @@ def served(tmp_path_factory) -> dict[str, Served]:
     from .serving import serve_shadow_on_and_off
 
     return serve_shadow_on_and_off(tmp_path_factory.mktemp("serve"))
+
+
+SLOW_FIRST = ("engine", "wheels")  # marks of the tests that run first, in this order
+
+
+def slow_rank(item: pytest.Item) -> int:
+    """0 for an engine test, 1 for a wheels test, 2 for the rest."""
+    for rank, mark in enumerate(SLOW_FIRST):
+        if item.get_closest_marker(mark) is not None:
+            return rank
+    return len(SLOW_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=slow_rank)  # stable: the order within each rank is pytest's
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``-n`` (pytest-xdist's default ``--dist load``): :mod:`tests.scheduling`'s
+    scheduler. Another ``--dist`` gets pytest-xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from .scheduling import SharedSetupScheduling  # pytest-xdist is loaded when this is called
+
+    return SharedSetupScheduling(config, log)

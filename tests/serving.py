@@ -68,8 +68,8 @@ def serve_command(model: Path, port: int) -> list[str]:
         "512",
         "--max-num-seqs",
         "4",
-        "--gpu-memory-utilization",
-        "0.2",
+        "--gpu-memory-utilization",  # of RAM on CPU, zeroed at start; engines run side by side
+        "0.05",
         "--host",
         "127.0.0.1",
         "--port",

@@ -1,6 +1,6 @@
-"""CI's test tools: scripts/install_cpu.sh installs pytest, pytest-timeout and ruff at the
-exact versions of pyproject.toml's ``test`` extra, and pytest runs every test under a time
-limit (pytest-timeout's ``timeout``)."""
+"""CI's test tools: scripts/install_cpu.sh installs pytest, pytest-timeout, pytest-xdist and
+ruff at the exact versions of pyproject.toml's ``test`` extra, pytest runs every test under a
+time limit (pytest-timeout's ``timeout``), and .ci/run runs README's test command."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from .scheduling import SHARED_SETUP, scope_of
+
 ROOT = Path(__file__).resolve().parents[1]
-PINNED = ("pytest", "pytest-timeout", "ruff")
+PINNED = ("pytest", "pytest-timeout", "pytest-xdist", "ruff")
 
 
 def pyproject() -> dict:
@@ -53,3 +55,27 @@ def test_the_pin_reader_sees_a_version_that_differs():
 def test_every_test_runs_under_a_default_time_limit():
     options = pyproject()["tool"]["pytest"]["ini_options"]
     assert 0 < int(options["timeout"]) <= 600
+
+
+def readme_test_command() -> str:
+    """The command in the code block after README's "The second runs the tests:"."""
+    readme = (ROOT / "README.md").read_text()
+    after = readme[readme.index("The second runs the tests:") :]
+    return re.search(r"```\n(.+?)\n```", after, re.S).group(1).strip()
+
+
+def test_ci_runs_the_readmes_test_command():
+    command = readme_test_command()
+    assert command.startswith(".venv/bin/python -m pytest")
+    assert command in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_tests_that_share_a_setup_run_in_one_work_unit_and_the_rest_alone():
+    engine, shadow = "tests/engine/test_serve.py::test_a", "tests/shadow/test_serve.py::t[b]"
+    assert scope_of(engine) == scope_of(shadow)
+    assert scope_of("tests/cli/test_doctor.py::t1") == scope_of("tests/cli/test_doctor.py::t2")
+    assert scope_of("tests/golden/test_x.py::t1") != scope_of("tests/golden/test_x.py::t2")
+
+
+def test_every_module_of_a_shared_setup_exists():
+    assert [path for path in SHARED_SETUP if not (ROOT / path).is_file()] == []

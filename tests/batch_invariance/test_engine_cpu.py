@@ -49,8 +49,8 @@ def run_script(out, arms: str, *extra: str) -> tuple[dict, subprocess.CompletedP
             "",
             "--prefill-backend",
             "",
-            "--gpu-memory-utilization",
-            "0.2",
+            "--gpu-memory-utilization",  # of RAM per CPU rank, zeroed at start
+            "0.08",
             *extra,
         ],
         env=env,

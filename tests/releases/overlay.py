@@ -17,7 +17,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from ..conftest import WHEEL_CACHE, vllm_wheel
+from ..conftest import WHEEL_CACHE, cache_lock, vllm_wheel
 
 SITE = Path(__file__).resolve().parent / "site"
 PLATFORM_ENTRY_POINT = "[vllm.platform_plugins]\ncpu = gdn_release_cpu_platform:cpu_platform\n"
@@ -30,17 +30,21 @@ def release_tree(version: str) -> Path:
     done = tree / ".complete"
     if done.exists():
         return tree
-    if tree.exists():
-        shutil.rmtree(tree)
-    with zipfile.ZipFile(vllm_wheel(version)) as wheel:
-        for name in wheel.namelist():
-            if name.startswith("vllm/") and name.endswith(".py"):
-                wheel.extract(name, tree)
-    info = tree / f"vllm-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(PLATFORM_ENTRY_POINT)
-    done.write_text("")
+    wheel_path = vllm_wheel(version)
+    with cache_lock(f"release-{version}"):
+        if done.exists():  # another process extracted it while this one waited
+            return tree
+        if tree.exists():
+            shutil.rmtree(tree)
+        with zipfile.ZipFile(wheel_path) as wheel:
+            for name in wheel.namelist():
+                if name.startswith("vllm/") and name.endswith(".py"):
+                    wheel.extract(name, tree)
+        info = tree / f"vllm-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text(PLATFORM_ENTRY_POINT)
+        done.write_text("")
     return tree
 
 
