@@ -362,4 +362,3 @@ class StoreCacheCheckpointsKernel:
                     .reshape(recurrent_state[block].shape)
                     .to(recurrent_state.dtype)
                 )
-

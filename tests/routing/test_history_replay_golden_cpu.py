@@ -13,7 +13,7 @@ from vllm_gdn_invariant.patches import applied, routing_patch
 from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..kernels.conftest import import_interpreted_submodule
-from .test_history_replay_cpu import (
+from .history_steps import (
     CPU,
     DIMS,
     HISTORY,

@@ -118,9 +118,7 @@ INDEX: tuple[Entry, ...] = (
         "decode-only kernels itself (PR #49827 or equivalent merged, default on)",
         when=When(PATCHING_MODES),
         patches=lambda selection: [
-            routing_patch(
-                history_replay=selection.replay, golden=selection.mode is Mode.GOLDEN
-            )
+            routing_patch(history_replay=selection.replay, golden=selection.mode is Mode.GOLDEN)
         ],
     ),
     Entry(
