@@ -6,7 +6,8 @@ of its group, so a session or module fixture that starts processes runs once. Th
 the collection's (``conftest.py`` puts engine and release tests first).
 
 pytest-xdist's own ``--dist loadgroup`` does not group under pytest 9.2 (its worker renames
-``item._nodeid``, which pytest 9.2's nodes no longer read), hence this scheduler.
+``item._nodeid``, which pytest 9.2's nodes no longer read): pytest-xdist issue #1386, PR #1388
+open. This scheduler can go once a pytest-xdist release groups again.
 """
 
 from __future__ import annotations
