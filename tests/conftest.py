@@ -164,6 +164,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=slow_rank)  # stable: the order within each rank is pytest's
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; without it, never called
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With ``-n`` (pytest-xdist's default ``--dist load``): :mod:`tests.scheduling`'s
     scheduler. Another ``--dist`` gets pytest-xdist's own."""
