@@ -1,0 +1,254 @@
+"""Static instruction mix of the recurrent decode kernels, compiled for an NVIDIA target on any
+machine (Triton's wheel ships ptxas and nvdisasm; ``kernels.codegen`` compiles on meta tensors).
+
+Arms, each compiled for Qwen3-Next's TP1 heads (H=16, HV=32, K=V=128) and one state dtype:
+
+* ``vllm``: vLLM's ``fused_recurrent_gated_delta_rule_packed_decode_kernel``, read from a
+  release's ``fused_recurrent.py`` and compiled as vLLM launches it (one warp, ``BV`` value rows,
+  contraction on: Triton's default), see ``vllm_block_v``;
+* ``ours``: ``kernels.recurrent.recurrent_step_kernel`` at its default launch shape for the
+  batch size, contraction off (what mode golden launches);
+* ``ours_contracted``: the same source compiled with contraction on (ptxas fuses products into
+  the adds that follow them): what the no-FMA rule costs; its bits are not the golden's;
+* ``what_if_grouped`` and ``what_if_grouped_fma`` (bf16 state): ``sass_what_if``'s kernel,
+  another golden's reduction order (groups of 4 first) without and with FMAs; compiled only.
+
+A program's code is straight-line for an active row (every loop is unrolled), so the static
+count of the kernel function (ptxas's div/sqrt slow-path functions left out) is what a thread
+issues per step. "Per element" divides it by the state elements a thread holds
+(BV * K / threads per program).
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import importlib.util
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+
+from vllm_gdn_invariant.kernels import codegen, recurrent
+from vllm_gdn_invariant.kernels.validation import RecurrentDims
+
+from . import sass_what_if
+
+VLLM_KERNEL = "fused_recurrent_gated_delta_rule_packed_decode_kernel"
+VLLM_LAUNCHER = "fused_recurrent_gated_delta_rule_packed_decode"
+HEADS = {"H": 16, "HV": 32, "K": 128, "V": 128}
+REGISTERS = 65536  # per SM on sm_90
+MAX_WARPS = 64  # resident warps per SM on sm_90
+REGISTER_UNIT = 8  # a thread's registers are allocated in multiples of 8
+CLASSES = {
+    "fp32_arithmetic": ("FADD", "FMUL", "FFMA"),
+    "shuffles": ("SHFL",),
+    "conversions_and_shifts": ("F2FP", "PRMT", "SHF"),
+    "global_memory": ("LDG", "STG"),
+    "shared_memory": ("LDS", "STS", "LDSM", "STSM"),
+    "local_memory": ("LDL", "STL"),
+}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One compiled kernel and its launch shape."""
+
+    name: str
+    compiled: object
+    kernel_name: str
+    block_v: int
+    num_warps: int
+
+
+def vllm_kernel(source: Path) -> triton.runtime.JITFunction:
+    """vLLM's packed decode kernel from a release's ``fused_recurrent.py``, under this Triton.
+
+    The function's source is written to a module of its own with ``tl``, ``triton`` and the
+    module's ``exp`` (``tl.exp``, FLA_USE_FAST_OPS unset), so the CPU build's placeholder
+    ``vllm.triton_utils`` is not involved.
+    """
+    text = Path(source).read_text()
+    node = next(
+        (
+            n
+            for n in ast.parse(text).body
+            if isinstance(n, ast.FunctionDef) and n.name == VLLM_KERNEL
+        ),
+        None,
+    )
+    if node is None:
+        raise ValueError(f"{source} has no function {VLLM_KERNEL}")
+    body = text.splitlines()[node.lineno - 1 : node.end_lineno]  # def line to the end
+    header = "import triton\nimport triton.language as tl\n\nexp = tl.exp\n\n\n@triton.jit\n"
+    path = Path(tempfile.mkdtemp(prefix="vllm_packed_decode_")) / "vllm_packed_decode.py"
+    path.write_text(header + "\n".join(body) + "\n")
+    spec = importlib.util.spec_from_file_location("vllm_packed_decode", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, VLLM_KERNEL)
+
+
+def vllm_block_v(source: Path, state_dtype: torch.dtype, capability: int) -> int:
+    """The value rows per program vLLM's launcher picks for K = V = 128 on sm_``capability``.
+
+    32 (``min(next_power_of_2(V), 32)``), except where the launcher has an SM90 fp32 branch
+    ("Tuned on H200", vLLM 0.34): 4 for an fp32 state on sm_90. Blackwell's branch is not
+    modelled (the arms are compiled for sm_90).
+    """
+    text = Path(source).read_text()
+    launcher = text.split(f"def {VLLM_LAUNCHER}(", 1)[1]
+    sm90_fp32_branch = "is_device_capability(90" in launcher and "BV = 4" in launcher
+    if sm90_fp32_branch and capability == 90 and state_dtype == torch.float32:
+        return 4
+    return 32
+
+
+def compile_vllm(source: Path, state_dtype: torch.dtype, batch: int, capability: int) -> Arm:
+    """vLLM's kernel compiled as its launcher calls it (one warp, contraction on)."""
+    meta = codegen.meta
+    H, HV, K, V = HEADS["H"], HEADS["HV"], HEADS["K"], HEADS["V"]
+    block_v = vllm_block_v(source, state_dtype, capability)
+    mixed = meta((batch, 2 * H * K + HV * V), torch.bfloat16)
+    gates = meta((batch, HV), torch.bfloat16)
+    state = meta((1024, HV, V, K), state_dtype)
+    arguments = (
+        mixed, gates, gates, meta((HV,), torch.float32), meta((HV,), torch.float32),
+        meta((batch, 1, HV, V), torch.bfloat16), state, state, meta((batch,), torch.int32),
+        K**-0.5,
+    )  # fmt: skip
+    constexprs = {
+        "stride_mixed_qkv_tok": mixed.stride(0),
+        "stride_a_tok": HV,
+        "stride_b_tok": HV,
+        "stride_init_state_token": state.stride(0),
+        "stride_final_state_token": state.stride(0),
+        "stride_indices_seq": 1,
+        **HEADS,
+        "BK": K,
+        "BV": block_v,
+        "SOFTPLUS_THRESHOLD": 20.0,
+        "USE_QK_L2NORM_IN_KERNEL": True,
+        "SPLIT_BATCH_HEAD_GRID": False,
+    }
+    compiled = codegen.compile_kernel(
+        vllm_kernel(source), arguments, constexprs, 1, capability, fusion=True
+    )
+    return Arm("vllm", compiled, VLLM_KERNEL, block_v, 1)
+
+
+def dims_for(batch: int) -> RecurrentDims:
+    return RecurrentDims(batch, HEADS["H"], HEADS["HV"], HEADS["K"], HEADS["V"], 128**-0.5, True)
+
+
+def compile_ours(state_dtype: torch.dtype, batch: int, capability: int, fusion: bool) -> Arm:
+    """The golden-matched kernel at its default launch shape."""
+    dims = dims_for(batch)
+    config = recurrent.recurrent_config(dims, state_dtype, interpreted=False)
+    compiled = codegen.compile_recurrent(
+        dims, state_dtype=state_dtype, capability=capability, fusion=fusion
+    )
+    name = "ours_contracted" if fusion else "ours"
+    return Arm(name, compiled, "recurrent_step_kernel", config.block_v, config.num_warps)
+
+
+def compile_what_if(state_dtype: torch.dtype, batch: int, capability: int, fma: bool) -> Arm:
+    """sass_what_if's kernel at our default launch shape."""
+    config = recurrent.recurrent_config(dims_for(batch), state_dtype, interpreted=False)
+    compiled = sass_what_if.compile_grouped(
+        HEADS, config, state_dtype, batch=batch, capability=capability, fma=fma
+    )
+    name = "what_if_grouped_fma" if fma else "what_if_grouped"
+    return Arm(name, compiled, sass_what_if.KERNEL_NAME, config.block_v, config.num_warps)
+
+
+def resident_warps(registers: int, num_warps: int) -> int:
+    """Warps per SM that the registers allow, whole programs only."""
+    per_thread = -(-registers // REGISTER_UNIT) * REGISTER_UNIT
+    programs = REGISTERS // (per_thread * 32 * num_warps)
+    return min(MAX_WARPS // num_warps, programs) * num_warps
+
+
+def mix(arm: Arm) -> dict:
+    """The arm's instruction counts, per thread and per state element, and its resources."""
+    functions = codegen.sass_functions(codegen.sass_of(arm.compiled.asm["cubin"]))
+    instructions = functions[arm.kernel_name]
+    opcodes = collections.Counter(op.split(".")[0] for op, _ in instructions)
+    elements = arm.block_v * HEADS["K"] // (32 * arm.num_warps)
+    usage = codegen.resource_usage(arm.compiled)
+    classes = {name: sum(opcodes[o] for o in ops) for name, ops in CLASSES.items()}
+    classes["other"] = len(instructions) - sum(classes.values())
+    return {
+        "arm": arm.name,
+        "block_v": arm.block_v,
+        "num_warps": arm.num_warps,
+        "state_elements_per_thread": elements,
+        "instructions": len(instructions),
+        "instructions_per_element": round(len(instructions) / elements, 3),
+        "per_element": {name: round(n / elements, 3) for name, n in classes.items()},
+        "classes": classes,
+        "top_opcodes": dict(opcodes.most_common(12)),
+        "registers": usage.registers,
+        "spills": usage.spills,
+        "shared_bytes": usage.shared,
+        "resident_warps_per_sm": resident_warps(usage.registers, arm.num_warps),
+    }
+
+
+def arms(
+    vllm_source: Path, state_dtype: torch.dtype, batch: int, capability: int = 90
+) -> list[Arm]:
+    """Every arm for one state dtype and batch size (the what-if arms for bf16 only)."""
+    compiled = [
+        compile_vllm(vllm_source, state_dtype, batch, capability),
+        compile_ours(state_dtype, batch, capability, fusion=False),
+        compile_ours(state_dtype, batch, capability, fusion=True),
+    ]
+    if state_dtype == torch.bfloat16:
+        compiled += [
+            compile_what_if(state_dtype, batch, capability, fma=False),
+            compile_what_if(state_dtype, batch, capability, fma=True),
+        ]
+    return compiled
+
+
+def state_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
+
+
+def cases(vllm_source: Path, batches: tuple[int, ...], capability: int = 90) -> list[dict]:
+    """mix() of every arm, state dtype and batch size, with each arm's instructions per
+    element over vLLM's (``vs_vllm``; above 1.0 the arm issues more)."""
+    results = []
+    for state_dtype in (torch.float32, torch.bfloat16):
+        for batch in batches:
+            mixes = [mix(arm) for arm in arms(vllm_source, state_dtype, batch, capability)]
+            reference = mixes[0]["instructions_per_element"]
+            for entry in mixes:
+                entry |= {
+                    "state": state_name(state_dtype),
+                    "batch": batch,
+                    "vs_vllm": round(entry["instructions_per_element"] / reference, 3),
+                }
+                results.append(entry)
+    return results
+
+
+def table(results: list[dict]) -> str:
+    """The Markdown table of docs/kernels.md."""
+    lines = [
+        "| state | B | arm | BV x warps | instr. / element | vs vLLM | fp32 ops | shuffles "
+        "| registers | warps / SM |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['state']} | {r['batch']} | {r['arm']} | {r['block_v']} x {r['num_warps']} "
+            f"| {r['instructions_per_element']:.2f} | {r['vs_vllm']:.2f} "
+            f"| {r['per_element']['fp32_arithmetic']:.2f} | {r['per_element']['shuffles']:.2f} "
+            f"| {r['registers']}{' (spills)' if r['spills'] else ''} "
+            f"| {r['resident_warps_per_sm']} |"
+        )
+    return "\n".join(lines)

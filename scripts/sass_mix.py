@@ -1,0 +1,59 @@
+"""Instruction mix of the recurrent decode kernels, ours and vLLM's, compiled for sm_90 (no GPU).
+
+    python scripts/sass_mix.py --out docs/evidence/sass_mix.json --vllm-release 0.34.0 \\
+        --vllm-source RELEASE_TREE/vllm/third_party/flash_linear_attention/ops/fused_recurrent.py
+
+(RELEASE_TREE: a release's extracted wheel, e.g. ~/.cache/vllm-gdn-invariant/releases/vllm-0.34.0.)
+
+``--vllm-source`` defaults to the installed vLLM's ``fused_recurrent.py``. The arms and what the
+counts mean: ``gdn_evidence/harness/sass_mix.py``. Prints the table of docs/kernels.md.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import checkout  # noqa: F401 - this checkout first on sys.path
+
+from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.sass_mix import cases, table
+
+FUSED_RECURRENT = Path("third_party/flash_linear_attention/ops/fused_recurrent.py")
+
+
+def installed_source() -> Path:
+    import vllm
+
+    return Path(vllm.__file__).parent / FUSED_RECURRENT
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vllm-source", type=Path, default=None)
+    parser.add_argument("--vllm-release", default=None, help="label of --vllm-source's release")
+    parser.add_argument("--batches", default="1,64", help="comma-separated batch sizes")
+    parser.add_argument("--capability", type=int, default=90)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    source = args.vllm_source or installed_source()
+    if not source.is_file():
+        parser.error(f"--vllm-source {source} is not a file")
+    batches = tuple(int(b) for b in args.batches.split(","))
+    results = cases(source, batches, args.capability)
+    record = {
+        "provenance": provenance(
+            vllm_source=str(source),
+            vllm_release=args.vllm_release,
+            capability=args.capability,
+            static=True,
+        ),
+        "cases": results,
+    }
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
