@@ -38,6 +38,9 @@ launch's (``ours_api`` vs ``ours``): within the bound when the API takes at most
 launch's wall time at B >= 64 and at most 50 µs more below. ``summary`` lists the cases below
 1.0 and the API bound's misses. ``--sweep`` also times other launch shapes of the recurrent
 kernel (RecurrentConfig: rows per program, warps, lanes along K) from B=64 up, fastest first.
+``--what-if`` also times, beside each recurrent case, ``gdn_evidence/harness/what_if_kernel.py``
+(ours with another K-sum order, without and with FMAs; no golden has its bits) at the default
+launch shape: ``what_if`` holds its medians and vLLM's time over each.
 
 ``--quick`` (3 rounds, shorter do_bench and profiles) fits one device call: about 3 minutes on
 an H200 for the default sizes, vLLM's import and the kernels' compiles included. ``--smoke``
@@ -65,6 +68,7 @@ from gdn_evidence.harness.agreement import Providers, load_providers
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
 from gdn_evidence.harness.profiling import kernel_time
 from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.what_if_kernel import launch_grouped
 from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.kernels import conv as conv_kernel
 from vllm_gdn_invariant.kernels import conv_update, recurrent_step, serving
@@ -446,6 +450,24 @@ def sweep_recurrent(arms: dict, state_dtype: torch.dtype, clock: GpuClock) -> li
     return sorted(rows, key=lambda r: r["us"])
 
 
+def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
+    """The what-if kernel without and with FMAs at the default launch shape, each on its own
+    copy of the state: median of three do_bench times, and vLLM's time over each."""
+    dims, config = arms["_dims"], arms["_config"]
+    heads = {"H": dims.num_k_heads, "HV": dims.num_v_heads, "K": dims.head_k, "V": dims.head_v}
+    gates = (x["mixed_qkv"], x["a"], x["b"], x["A_log"], x["dt_bias"])
+    result = {}
+    for name, fma in (("grouped", False), ("grouped_fma", True)):
+        state = x["state"].clone()
+
+        def run(state=state, fma=fma):
+            launch_grouped(*gates, state, x["state_indices"], heads, config, fma)
+
+        us = statistics.median(clock.bench_us(run) for _ in range(3))
+        result[name] = {"us": round(us, 2), "speed_vs_vllm": ratio(vllm_us, us)}
+    return result
+
+
 def golden_packed_decode(
     *, mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
     use_qk_l2norm_in_kernel,
@@ -509,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: all)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + str(OPS))
     parser.add_argument("--sweep", action="store_true", help="also time other launch shapes")
+    parser.add_argument(
+        "--what-if", action="store_true", help="also time the what-if kernel (module docstring)"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
     args = parser.parse_args(argv)
@@ -559,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
                     case["config"] = arms["_config"].__dict__
                     if args.sweep and batch >= SWEEP_FROM_BATCH and clock.timed:
                         case["sweep"] = sweep_recurrent(arms, state_dtype, clock)
+                    if args.what_if:
+                        case["what_if"] = time_what_if(arms, x, result["us"]["vllm"], clock)
                 cases.append(case)
                 us, bound = result["us"], result["api_bound"]
                 print(

@@ -10,7 +10,7 @@ Arms, each compiled for Qwen3-Next's TP1 heads (H=16, HV=32, K=V=128) and one st
   batch size, contraction off (what mode golden launches);
 * ``ours_contracted``: the same source compiled with contraction on (ptxas fuses products into
   the adds that follow them): what the no-FMA rule costs; its bits are not the golden's;
-* ``what_if_grouped`` and ``what_if_grouped_fma`` (bf16 state): ``sass_what_if``'s kernel,
+* ``what_if_grouped`` and ``what_if_grouped_fma`` (bf16 state): ``what_if_kernel``'s kernel,
   another golden's reduction order (groups of 4 first) without and with FMAs; compiled only.
 
 A program's code is straight-line for an active row (every loop is unrolled), so the static
@@ -34,7 +34,7 @@ import triton
 from vllm_gdn_invariant.kernels import codegen, recurrent
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
-from . import sass_what_if
+from . import what_if_kernel
 
 VLLM_KERNEL = "fused_recurrent_gated_delta_rule_packed_decode_kernel"
 VLLM_LAUNCHER = "fused_recurrent_gated_delta_rule_packed_decode"
@@ -155,13 +155,13 @@ def compile_ours(state_dtype: torch.dtype, batch: int, capability: int, fusion: 
 
 
 def compile_what_if(state_dtype: torch.dtype, batch: int, capability: int, fma: bool) -> Arm:
-    """sass_what_if's kernel at our default launch shape."""
+    """what_if_kernel's kernel at our default launch shape."""
     config = recurrent.recurrent_config(dims_for(batch), state_dtype, interpreted=False)
-    compiled = sass_what_if.compile_grouped(
+    compiled = what_if_kernel.compile_grouped(
         HEADS, config, state_dtype, batch=batch, capability=capability, fma=fma
     )
     name = "what_if_grouped_fma" if fma else "what_if_grouped"
-    return Arm(name, compiled, sass_what_if.KERNEL_NAME, config.block_v, config.num_warps)
+    return Arm(name, compiled, what_if_kernel.KERNEL_NAME, config.block_v, config.num_warps)
 
 
 def resident_warps(registers: int, num_warps: int) -> int:

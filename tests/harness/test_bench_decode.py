@@ -51,7 +51,7 @@ def run(*arguments: str, env: dict | None = None) -> subprocess.CompletedProcess
 
 def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, bench):
     target = tmp_path / "smoke.json"
-    result = run("--smoke", "--out", str(target))
+    result = run("--smoke", "--what-if", "--out", str(target))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(target.read_text())
     assert report["schema"] == bench.SCHEMA
@@ -73,6 +73,12 @@ def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, be
         assert all(t > 0 for t in case["wall_us"].values())
         assert case["kernel_us"]["ours"] is None  # no device time on CPU
     assert "config" in next(c for c in cases if c["op"] == "recurrent")
+    for case in cases:  # --what-if: beside the recurrent cases only
+        if case["op"] == "recurrent":
+            assert set(case["what_if"]) == {"grouped", "grouped_fma"}
+            assert all(w["us"] > 0 for w in case["what_if"].values())
+        else:
+            assert "what_if" not in case
 
 
 @pytest.mark.parametrize(

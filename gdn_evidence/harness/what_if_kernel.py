@@ -1,5 +1,6 @@
-"""A what-if recurrent decode kernel for the instruction count only: compiled, never launched,
-not bitwise any golden of this repository.
+"""A what-if recurrent decode kernel, for its instruction count (``sass_mix.py``) and its time
+(``scripts/bench_decode.py --what-if``); no golden of this repository has its bits, and nothing
+checks its outputs.
 
 It is ``kernels.recurrent.recurrent_step_kernel`` (same layout, gates, conversions, stores) with
 another order of every K-sum of products, the one a cheaper golden could fix:
@@ -11,7 +12,8 @@ that is, each group of 4 contiguous k first (in a thread's registers at every la
 the golden's pairwise halves over the group sums; with ``FMA`` the first product of each ``t_e``
 is fused (``fma(x_lo, y_lo, x_hi * y_hi)``) and so is the update (``fma(v, k, h)``). The golden's
 order pairs k with k + K/2 first, which puts the lanes' bits of k before the registers' and makes
-every lane level add a thread's whole vector. Contiguous (unstrided) inputs only.
+every lane level add a thread's whole vector. Contiguous inputs, a power-of-two K held whole by
+the launch shape (``kernels.recurrent.recurrent_config``'s), V a multiple of its rows.
 """
 
 from __future__ import annotations
@@ -152,6 +154,74 @@ def grouped_recurrent_kernel(
     tl.store(p_out, round_to(o, out.dtype.element_ty))
 
 
+def kernel_arguments(
+    mixed_qkv: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    out: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    heads: dict[str, int],
+    config: RecurrentConfig,
+    fma: bool,
+) -> tuple[tuple[int], tuple, dict]:
+    """(grid, positional arguments, constexpr arguments) of grouped_recurrent_kernel."""
+    HV, K, V = heads["HV"], heads["K"], heads["V"]
+    width = 1 << (config.log2_j + config.log2_cl + config.log2_vec)
+    if width != K or V % config.block_v or config.log2_vec < 2:
+        raise ValueError(
+            f"the what-if kernel takes K = J * C (unpadded), V a multiple of BV and 4 or more "
+            f"elements per thread, got K={K}, V={V}, {config}"
+        )
+    if not all(t.is_contiguous() for t in (mixed_qkv, a, b, state)):
+        raise ValueError("the what-if kernel takes contiguous mixed_qkv, a, b and state")
+    num_v_tiles = triton.cdiv(V, config.block_v)
+    grid = (num_v_tiles * mixed_qkv.shape[0] * HV,)
+    arguments = (
+        mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices, K**-0.5,
+        mixed_qkv.stride(0), state.stride(0),
+    )  # fmt: skip
+    constexprs = {
+        **heads,
+        "BV": config.block_v,
+        "NV": num_v_tiles,
+        "LOG2_J": config.log2_j,
+        "LOG2_CL": config.log2_cl,
+        "LOG2_VEC": config.log2_vec,
+        "FMA": fma,
+    }
+    return grid, arguments, constexprs
+
+
+def launch_grouped(
+    mixed_qkv: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    heads: dict[str, int],
+    config: RecurrentConfig,
+    fma: bool,
+) -> torch.Tensor:
+    """Run grouped_recurrent_kernel (contraction off): out [B, 1, HV, V], state in place."""
+    out = torch.empty(
+        (mixed_qkv.shape[0], 1, heads["HV"], heads["V"]),
+        dtype=mixed_qkv.dtype,
+        device=mixed_qkv.device,
+    )
+    grid, arguments, constexprs = kernel_arguments(
+        mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices, heads, config, fma
+    )
+    grouped_recurrent_kernel[grid](
+        *arguments, **constexprs, num_warps=config.num_warps, enable_fp_fusion=False
+    )
+    return out
+
+
 def compile_grouped(
     heads: dict[str, int],
     config: RecurrentConfig,
@@ -167,21 +237,11 @@ def compile_grouped(
     H, HV, K, V = heads["H"], heads["HV"], heads["K"], heads["V"]
     mixed = meta((batch, 2 * H * K + HV * V), torch.bfloat16)
     gates_in = meta((batch, HV), torch.bfloat16)
-    state = meta((1024, HV, V, K), state_dtype)
-    arguments = (
+    _, arguments, constexprs = kernel_arguments(
         mixed, gates_in, gates_in, meta((HV,), torch.float32), meta((HV,), torch.float32),
-        meta((batch, 1, HV, V), torch.bfloat16), state, meta((batch,), torch.int32), K**-0.5,
-        mixed.stride(0), state.stride(0),
+        meta((batch, 1, HV, V), torch.bfloat16), meta((1024, HV, V, K), state_dtype),
+        meta((batch,), torch.int32), heads, config, fma,
     )  # fmt: skip
-    constexprs = {
-        **heads,
-        "BV": config.block_v,
-        "NV": triton.cdiv(V, config.block_v),
-        "LOG2_J": config.log2_j,
-        "LOG2_CL": config.log2_cl,
-        "LOG2_VEC": config.log2_vec,
-        "FMA": fma,
-    }
     return codegen.compile_kernel(
         grouped_recurrent_kernel, arguments, constexprs, config.num_warps, capability, False
     )
