@@ -1,13 +1,15 @@
 """Engine benchmark: throughput and inter-token latency, arms alternating in one run.
 
-Three engines live side by side on the GPU, each in its own process (the plugin patches the
+The engines live side by side on the GPU, each in its own process (the plugin patches the
 process it loads in): ``vllm`` (vLLM alone, batch-invariant mode off), ``route`` (the plugin,
-mode route, batch-invariant mode off) and ``bi`` (the plugin with ``VLLM_BATCH_INVARIANT=1``).
+mode route, batch-invariant mode off), ``bi`` (the plugin with ``VLLM_BATCH_INVARIANT=1``) and
+``golden`` (the plugin in mode golden, batch-invariant mode off), the arms ``--arms`` names.
 They run the same workloads in rounds, the order rotating every round, so that every arm
 sees the same machine conditions; medians over rounds are reported with the ratios
-``route / vllm`` (target >= 0.99 in throughput) and ``bi / vllm`` (target: overhead below
-SGLang's reported 34 %), and the same ratios round by round. A target is ``met`` only when
-every round's ratio clears it, ``not met`` when none does, and ``inconclusive`` otherwise.
+``route / vllm`` (target >= 0.99 in throughput), ``bi / vllm`` (target: overhead below
+SGLang's reported 34 %) and ``golden / route`` (target >= 0.99 in decode throughput), and the
+same ratios round by round with their spread. A target is ``met`` only when every round's ratio
+clears it, ``not met`` when none does, and ``inconclusive`` otherwise.
 ``--resummarize FILE`` recomputes a report's summary from its recorded rounds with this code
 and records that it did (``summary_recomputed``).
 
@@ -18,6 +20,12 @@ Workloads, per arm and round:
 * ``prefill``: the same prompts, 1 new token: the prefill share of ``throughput``.
 * ``itl``: 32 prompts of 64 tokens; inter-token latency = (time for 257 new tokens - time
   for 1) / 256, decode-only steps at batch 32.
+* ``decode`` (decode-heavy): 128 prompts of 64 tokens, 512 new tokens each, all at once;
+  output tokens per second.
+
+``--workloads`` picks them (default ``throughput,prefill,itl``); a ratio or target whose
+workload did not run is left out. ``spread`` in ``ratio_spread`` is a round ratio's range over
+its median, ``(max - min) / median``, reported with the rounds' count.
 
 With ``--profile``, after the rounds each arm runs ``throughput`` once more under vLLM's torch
 profiler, and the report gives its device time by kernel category (``e2e/kernel_profile.py``)
@@ -59,17 +67,23 @@ from vllm_gdn_invariant.models.tiny import (
     write_tiny_model,
 )
 from vllm_gdn_invariant.models.weighted import sharding_problems
+from vllm_gdn_invariant.plugin.config import MODE_ENV
 
 PROTOCOL = "GDNBENCH "
 ARMS = {
     "vllm": {"plugins": [], "batch_invariant": False},
     "route": {"plugins": [PLUGIN], "batch_invariant": False},
     "bi": {"plugins": [PLUGIN], "batch_invariant": True},
+    "golden": {"plugins": [PLUGIN], "batch_invariant": False, "mode": "golden"},
 }
+WORKLOADS = ("throughput", "prefill", "itl", "decode")
+DEFAULT_WORKLOADS = ("throughput", "prefill", "itl")
 THROUGHPUT_PROMPTS = 128
 THROUGHPUT_NEW_TOKENS = 128
 ITL_PROMPTS = 32
 ITL_NEW_TOKENS = 256
+DECODE_PROMPTS = 128
+DECODE_NEW_TOKENS = 512
 
 
 def throughput_prompts() -> list[str]:
@@ -121,7 +135,9 @@ def serve(spec: dict[str, Any]) -> None:
     scale = spec.get("scale", 1)  # --tiny: a CPU smoke run of the same protocol
     long_prompts = throughput_prompts()[: THROUGHPUT_PROMPTS // scale]
     short_prompts = [words(64, start=7 * i) for i in range(ITL_PROMPTS // scale)]
+    decode_prompts = [words(64, start=11 * i) for i in range(DECODE_PROMPTS // scale)]
     new_tokens, itl_tokens = THROUGHPUT_NEW_TOKENS // scale, ITL_NEW_TOKENS // scale
+    decode_tokens = DECODE_NEW_TOKENS // scale
 
     def timed(prompts: list[str], new_tokens: int) -> tuple[float, int]:
         params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
@@ -132,6 +148,8 @@ def serve(spec: dict[str, Any]) -> None:
 
     timed(long_prompts, new_tokens)  # warm-up: every shape the timed workloads reach
     timed(short_prompts, itl_tokens + 1)
+    if "decode" in spec.get("workloads", DEFAULT_WORKLOADS):
+        timed(decode_prompts, decode_tokens)
     for line in sys.stdin:
         op = line.strip()
         if op == "quit":
@@ -144,6 +162,9 @@ def serve(spec: dict[str, Any]) -> None:
         elif op == "prefill":
             seconds, _ = timed(long_prompts, 1)
             say(op, {"seconds": seconds})
+        elif op == "decode":
+            seconds, new = timed(decode_prompts, decode_tokens)
+            say(op, {"seconds": seconds, "output_tok_s": new / seconds})
         elif op == "profile" and profile_dir is not None:
             llm.start_profile()
             seconds, _ = timed(long_prompts, new_tokens)
@@ -172,16 +193,25 @@ def trace_files(folder: Path, settle: float = 60.0) -> list[Path]:
 # --- the parent -----------------------------------------------------------------------------
 
 
+def arm_env(arm: str, spec: dict[str, Any], site: Path) -> dict[str, str]:
+    """The environment of ``arm``'s engine process: its plugins, batch-invariant mode and, for
+    a plugin arm with a mode of its own, ``VLLM_GDN_INVARIANT_MODE``."""
+    env = engine_env(os.environ, ARMS[arm]["plugins"], site)
+    env["VLLM_BATCH_INVARIANT"] = "1" if ARMS[arm]["batch_invariant"] else "0"
+    if "mode" in ARMS[arm]:
+        env[MODE_ENV] = ARMS[arm]["mode"]
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if spec.get("cpu_thread_binding"):
+        env[CPU_BINDING_ENV] = spec["cpu_thread_binding"]
+    return env
+
+
 class Engine:
     """One arm's engine process and its protocol lines."""
 
     def __init__(self, arm: str, spec: dict[str, Any], site: Path, log: Path) -> None:
         self.arm = arm
-        env = engine_env(os.environ, ARMS[arm]["plugins"], site)
-        env["VLLM_BATCH_INVARIANT"] = "1" if ARMS[arm]["batch_invariant"] else "0"
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        if spec.get("cpu_thread_binding"):
-            env[CPU_BINDING_ENV] = spec["cpu_thread_binding"]
+        env = arm_env(arm, spec, site)
         self.log = log.open("w")
         self.proc = subprocess.Popen(
             [
@@ -268,11 +298,19 @@ METRICS = {  # name in the summary: (workload, field)
     "throughput_seconds": ("throughput", "seconds"),
     "prefill_seconds": ("prefill", "seconds"),
     "itl_ms": ("itl", "itl_ms"),
+    "decode_tok_s": ("decode", "output_tok_s"),
 }
 TARGETS = {  # name: (arm, per-round ratio, threshold, whether a value clears it)
     "route_throughput_at_least_0.99x": ("route", "throughput_vs_vllm", 0.99, operator.ge),
     "bi_throughput_overhead_below_34_percent": ("bi", "throughput_overhead", 0.34, operator.lt),
+    "golden_decode_throughput_at_least_0.99x_route": (
+        "golden",
+        "decode_throughput_vs_route",
+        0.99,
+        operator.ge,
+    ),
 }
+BASES = {"route": "vllm", "bi": "vllm", "golden": "route"}  # the arm each arm is compared with
 TARGET_RULE = (
     "met: every round's ratio clears the threshold; not met: none does; inconclusive: the "
     "rounds' ratios fall on both sides"
@@ -280,20 +318,50 @@ TARGET_RULE = (
 
 
 def flat(done: dict[str, Any]) -> dict[str, float]:
-    """One arm's round as the summary's metric names."""
-    return {name: done[workload][field] for name, (workload, field) in METRICS.items()}
+    """One arm's round as the summary's metric names (those of the workloads it ran)."""
+    return {
+        name: done[workload][field]
+        for name, (workload, field) in METRICS.items()
+        if workload in done
+    }
 
 
 def arm_ratios(arm: dict[str, Any], base: dict[str, Any]) -> dict[str, float]:
-    """One arm's ratios to vLLM alone from values of the same kind (one round's, or medians)."""
-    ratios = {
-        "throughput_vs_vllm": arm["output_tok_s"] / base["output_tok_s"],
-        "prefill_time_vs_vllm": arm["prefill_seconds"] / base["prefill_seconds"],
-        "itl_vs_vllm": arm["itl_ms"] / base["itl_ms"],
-    }
-    ratios["throughput_overhead"] = 1 / ratios["throughput_vs_vllm"] - 1
-    ratios["itl_overhead"] = ratios["itl_vs_vllm"] - 1
+    """One arm's ratios to vLLM alone from values of the same kind (one round's, or medians),
+    for the metrics both have."""
+    ratios = {}
+    if "output_tok_s" in arm and "output_tok_s" in base:
+        ratios["throughput_vs_vllm"] = arm["output_tok_s"] / base["output_tok_s"]
+        ratios["throughput_overhead"] = 1 / ratios["throughput_vs_vllm"] - 1
+    if "prefill_seconds" in arm and "prefill_seconds" in base:
+        ratios["prefill_time_vs_vllm"] = arm["prefill_seconds"] / base["prefill_seconds"]
+    if "itl_ms" in arm and "itl_ms" in base:
+        ratios["itl_vs_vllm"] = arm["itl_ms"] / base["itl_ms"]
+        ratios["itl_overhead"] = ratios["itl_vs_vllm"] - 1
+    if "decode_tok_s" in arm and "decode_tok_s" in base:
+        ratios["decode_throughput_vs_vllm"] = arm["decode_tok_s"] / base["decode_tok_s"]
     return ratios
+
+
+def golden_ratios(golden: dict[str, Any], route: dict[str, Any]) -> dict[str, float]:
+    """Mode golden's ratios to mode route (one round's values, or medians), for the metrics
+    both have."""
+    pairs = {
+        "decode_throughput_vs_route": "decode_tok_s",
+        "throughput_vs_route": "output_tok_s",
+        "itl_vs_route": "itl_ms",
+    }
+    return {
+        ratio: golden[metric] / route[metric]
+        for ratio, metric in pairs.items()
+        if metric in golden and metric in route
+    }
+
+
+def ratio_spread(values: list[float]) -> dict[str, Any]:
+    """A round ratio's range over its median, and the rounds it was measured in."""
+    middle = median(values)
+    return {"spread": (max(values) - min(values)) / middle, "rounds": len(values)}
 
 
 def verdict(values: list[float], threshold: float, clears: Callable[[float, float], bool]) -> str:
@@ -317,25 +385,25 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     for arm in ARMS:
         done = [flat(r[arm]) for r in rounds if arm in r]
         if done:
-            values[arm] = {name: [d[name] for d in done] for name in METRICS}
+            names = [name for name in METRICS if all(name in d for d in done)]
+            values[arm] = {name: [d[name] for d in done] for name in names}
     per_arm = {arm: {name: median(v) for name, v in m.items()} for arm, m in values.items()}
     spread = {arm: {name: [min(v), max(v)] for name, v in m.items()} for arm, m in values.items()}
     ratios: dict[str, dict[str, float]] = {}
     by_round: dict[str, dict[str, list[float]]] = {}
-    for arm in ("route", "bi"):
-        if "vllm" not in per_arm or arm not in per_arm:
+    for arm, base in BASES.items():
+        if base not in per_arm or arm not in per_arm:
             continue
-        ratios[arm] = arm_ratios(per_arm[arm], per_arm["vllm"])
-        paired = [
-            arm_ratios(flat(r[arm]), flat(r["vllm"])) for r in rounds if arm in r and "vllm" in r
-        ]
+        compare = golden_ratios if arm == "golden" else arm_ratios
+        ratios[arm] = compare(per_arm[arm], per_arm[base])
+        paired = [compare(flat(r[arm]), flat(r[base])) for r in rounds if arm in r and base in r]
         by_round[arm] = {name: [p[name] for p in paired] for name in ratios[arm]}
     targets = {
         name: verdict(by_round[arm][ratio], threshold, clears)
         for name, (arm, ratio, threshold, clears) in TARGETS.items()
-        if arm in by_round
+        if arm in by_round and ratio in by_round[arm]
     }
-    return {
+    summary = {
         "medians": per_arm,
         "spread": spread,
         "ratios": ratios,
@@ -343,6 +411,11 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         "targets": targets,
         "target_rule": TARGET_RULE,
     }
+    if "golden" in by_round:  # only where this run measured it: earlier reports stay as they were
+        summary["ratio_spread"] = {
+            "golden": {name: ratio_spread(v) for name, v in by_round["golden"].items() if v}
+        }
+    return summary
 
 
 def resummarize(path: Path) -> dict[str, Any]:
@@ -402,7 +475,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", type=Path, help="JSON file to write")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--arms", default="vllm,route,bi")
+    parser.add_argument("--arms", default="vllm,route,bi", help=f"of {', '.join(ARMS)}")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(DEFAULT_WORKLOADS),
+        help=f"comma-separated, of {', '.join(WORKLOADS)}",
+    )
     parser.add_argument("--eager", action="store_true", help="enforce_eager (no CUDA graphs)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     add_engine_arguments(parser, gpu_memory_utilization=0.25, kv_cache_gib=8.0)
@@ -459,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--arms: {', '.join(unknown) or 'empty'}; valid: {', '.join(ARMS)}")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown or not workloads:
+        parser.error(f"--workloads: {', '.join(unknown) or 'empty'}; valid: {', '.join(WORKLOADS)}")
+    if args.profile and "throughput" not in workloads:
+        parser.error("--profile profiles the throughput workload: add it to --workloads")
     model = TINY_QWEN3_NEXT if args.tiny else BENCH_QWEN3_NEXT
     name = "tiny Qwen3-Next" if args.tiny else "bench model"
     try:
@@ -481,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         "attention_backend": args.attention_backend or None,
         "prefill_backend": args.prefill_backend or None,
         "profile_root": str(work / "profile") if args.profile else None,
+        "workloads": workloads,
     }
     info = provenance.provenance(
         script="scripts/bench_engine.py",
@@ -489,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         workloads={
             "throughput": [THROUGHPUT_PROMPTS, THROUGHPUT_NEW_TOKENS],
             "itl": [ITL_PROMPTS, ITL_NEW_TOKENS],
+            "decode": [DECODE_PROMPTS, DECODE_NEW_TOKENS],
         },
         engine=spec,
         vllm_cache_root=os.environ.get("VLLM_CACHE_ROOT"),
@@ -520,10 +606,7 @@ def main(argv: list[str] | None = None) -> int:
             order = ready[r % len(ready) :] + ready[: r % len(ready)] if ready else []
             done: dict[str, Any] = {"order": order}
             for arm in order:
-                done[arm] = {
-                    op: engines[arm].ask(op, args.op_timeout)
-                    for op in ("throughput", "prefill", "itl")
-                }
+                done[arm] = {op: engines[arm].ask(op, args.op_timeout) for op in workloads}
             report["rounds"].append(done)
             report["summary"] = summarize(report["rounds"])
             write()

@@ -343,6 +343,70 @@ def test_a_target_with_one_round_missing_its_arm_is_judged_on_the_paired_rounds(
     }
 
 
+def golden_round(order, decode_tok_s, itl_ms):
+    return {
+        "order": order,
+        **{
+            arm: {"decode": {"output_tok_s": d, "seconds": 1000 / d}, "itl": {"itl_ms": i}}
+            for arm, d, i in zip(order, decode_tok_s, itl_ms, strict=True)
+        },
+    }
+
+
+def test_mode_golden_is_compared_with_mode_route_and_the_spread_is_reported():
+    rounds = [
+        golden_round(["route", "golden"], [100, 99], [2.0, 2.1]),
+        golden_round(["golden", "route"], [103, 100], [2.0, 2.0]),
+        golden_round(["route", "golden"], [100, 100], [2.0, 2.2]),
+    ]
+    summary = bench.summarize(rounds)
+    assert summary["round_ratios"]["golden"]["decode_throughput_vs_route"] == [0.99, 1.03, 1.0]
+    assert summary["ratios"]["golden"] == {"decode_throughput_vs_route": 1.0, "itl_vs_route": 1.05}
+    spread = summary["ratio_spread"]["golden"]["decode_throughput_vs_route"]
+    assert spread == {"spread": (1.03 - 0.99) / 1.0, "rounds": 3}
+    assert summary["targets"] == {"golden_decode_throughput_at_least_0.99x_route": "met"}
+    assert "route" not in summary["ratios"]  # no vLLM arm, no ratio to it
+    rounds.append(golden_round(["route", "golden"], [100, 98], [2.0, 2.0]))
+    assert bench.summarize(rounds)["targets"] == {
+        "golden_decode_throughput_at_least_0.99x_route": "inconclusive"
+    }
+
+
+def test_a_report_without_mode_golden_keeps_its_summary_fields():
+    arms = ["vllm", "route", "bi"]
+    summary = bench.summarize([bench_round(arms, [100, 110, 80], [1.0, 1.0, 1.2], [2.0] * 3)])
+    assert set(summary) == {
+        "medians", "spread", "ratios", "round_ratios", "targets", "target_rule",
+    }  # fmt: skip
+    assert set(summary["ratios"]["route"]) == {
+        "throughput_vs_vllm", "throughput_overhead", "prefill_time_vs_vllm", "itl_vs_vllm",
+        "itl_overhead",
+    }  # fmt: skip
+
+
+def test_each_arm_runs_with_its_mode_and_batch_invariance(tmp_path):
+    golden = bench.arm_env("golden", {}, tmp_path)
+    assert golden["VLLM_GDN_INVARIANT_MODE"] == "golden"
+    assert golden["VLLM_BATCH_INVARIANT"] == "0" and golden["VLLM_PLUGINS"]
+    route = bench.arm_env("route", {}, tmp_path)
+    assert "VLLM_GDN_INVARIANT_MODE" not in route and route["VLLM_PLUGINS"]
+    assert bench.arm_env("bi", {}, tmp_path)["VLLM_BATCH_INVARIANT"] == "1"
+    assert bench.arm_env("vllm", {}, tmp_path)["VLLM_PLUGINS"] == ""
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--workloads", "decode,train"], "--workloads: train; valid:"),
+        (["--workloads", ","], "--workloads: empty"),
+        (["--workloads", "decode", "--profile"], "--profile profiles the throughput workload"),
+        (["--arms", "route,gold"], "--arms: gold; valid: vllm, route, bi, golden"),
+    ],
+)
+def test_the_benchmark_refuses_bad_workloads_and_arms_before_writing(tmp_path, capsys, argv, words):
+    assert words in usage_error(bench.main, tmp_path / "bench.json", argv, capsys)
+
+
 def test_resummarize_recomputes_the_summary_from_the_rounds_and_records_it(tmp_path, monkeypatch):
     arms = ["vllm", "route", "bi"]
     rounds = [
