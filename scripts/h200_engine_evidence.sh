@@ -15,6 +15,9 @@
 #   graphs        e2e arms 4 and 5 in vLLM's default setting (torch.compile, CUDA graphs, prefix
 #                 caching) per model, one process per model and arm, in parallel
 #   bench         the engine benchmark with its kernel-time profile (alone on the GPU)
+#   golden-bench  mode golden against mode route in the engine benchmark: the decode-heavy
+#                 workload, inter-token latency and throughput, 9 rounds (alone on the GPU;
+#                 copy $OUT/bench_engine_golden.json to docs/evidence/)
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
@@ -79,6 +82,11 @@ case $stage in
     job bench_engine python scripts/bench_engine.py --out "$out/bench_engine.json" \
       --start-timeout 300 --profile
     ;;
+  golden-bench)
+    job bench_engine_golden python scripts/bench_engine.py --arms route,golden \
+      --workloads decode,itl,throughput --rounds 9 --start-timeout 300 \
+      --out "$out/bench_engine_golden.json"
+    ;;
   shadow)
     for arm in route off golden; do
       job "shadow_engine_$arm" python scripts/shadow_engine_check.py --kv-cache-gib 4 \
@@ -136,7 +144,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac
