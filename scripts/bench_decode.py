@@ -38,9 +38,10 @@ launch's (``ours_api`` vs ``ours``): within the bound when the API takes at most
 launch's wall time at B >= 64 and at most 50 µs more below. ``summary`` lists the cases below
 1.0 and the API bound's misses. ``--sweep`` also times other launch shapes of the recurrent
 kernel (RecurrentConfig: rows per program, warps, lanes along K) from B=64 up, fastest first.
-``--what-if`` also times, beside each recurrent case, ``gdn_evidence/harness/what_if_kernel.py``
-(ours with another K-sum order, without and with FMAs; no golden has its bits) at the default
-launch shape: ``what_if`` holds its medians and vLLM's time over each.
+``--what-if`` also times, beside each recurrent case with a bf16 state,
+``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
+no golden has its bits) at the default launch shape: ``what_if`` holds its medians and vLLM's
+time over each. Not with an fp32 state, where that kernel spills (``scripts/sass_mix.py``).
 
 ``--quick`` (3 rounds, shorter do_bench and profiles) fits one device call: about 3 minutes on
 an H200 for the default sizes, vLLM's import and the kernels' compiles included. ``--smoke``
@@ -584,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
                     case["config"] = arms["_config"].__dict__
                     if args.sweep and batch >= SWEEP_FROM_BATCH and clock.timed:
                         case["sweep"] = sweep_recurrent(arms, state_dtype, clock)
-                    if args.what_if:
+                    if args.what_if and state_dtype == torch.bfloat16:
                         case["what_if"] = time_what_if(arms, x, result["us"]["vllm"], clock)
                 cases.append(case)
                 us, bound = result["us"], result["api_bound"]
