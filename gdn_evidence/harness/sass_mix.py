@@ -10,8 +10,9 @@ Arms, each compiled for Qwen3-Next's TP1 heads (H=16, HV=32, K=V=128) and one st
   batch size, contraction off (what mode golden launches);
 * ``ours_contracted``: the same source compiled with contraction on (ptxas fuses products into
   the adds that follow them): what the no-FMA rule costs; its bits are not the golden's;
-* ``what_if_grouped`` and ``what_if_grouped_fma`` (bf16 state): ``what_if_kernel``'s kernel,
-  another golden's reduction order (groups of 4 first) without and with FMAs; compiled only.
+* ``what_if_grouped`` and ``what_if_grouped_fma``: ``what_if_kernel``'s kernel, another
+  golden's reduction order (groups of 4 first) without and with FMAs (it spills with an fp32
+  state).
 
 A program's code is straight-line for an active row (every loop is unrolled), so the static
 count of the kernel function (ptxas's div/sqrt slow-path functions left out) is what a thread
@@ -200,18 +201,16 @@ def mix(arm: Arm) -> dict:
 def arms(
     vllm_source: Path, state_dtype: torch.dtype, batch: int, capability: int = 90
 ) -> list[Arm]:
-    """Every arm for one state dtype and batch size (the what-if arms for bf16 only)."""
+    """Every arm for one state dtype and batch size."""
     compiled = [
         compile_vllm(vllm_source, state_dtype, batch, capability),
         compile_ours(state_dtype, batch, capability, fusion=False),
         compile_ours(state_dtype, batch, capability, fusion=True),
     ]
-    if state_dtype == torch.bfloat16:
-        compiled += [
-            compile_what_if(state_dtype, batch, capability, fma=False),
-            compile_what_if(state_dtype, batch, capability, fma=True),
-        ]
-    return compiled
+    return compiled + [
+        compile_what_if(state_dtype, batch, capability, fma=False),
+        compile_what_if(state_dtype, batch, capability, fma=True),
+    ]
 
 
 def state_name(dtype: torch.dtype) -> str:
