@@ -17,15 +17,7 @@ from pathlib import Path
 import checkout  # noqa: F401 - this checkout first on sys.path
 
 from gdn_evidence.harness.provenance import provenance
-from gdn_evidence.harness.sass_mix import cases, table
-
-FUSED_RECURRENT = Path("third_party/flash_linear_attention/ops/fused_recurrent.py")
-
-
-def installed_source() -> Path:
-    import vllm
-
-    return Path(vllm.__file__).parent / FUSED_RECURRENT
+from gdn_evidence.harness.sass_mix import cases, installed_vllm_source, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capability", type=int, default=90)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    source = args.vllm_source or installed_source()
+    source = args.vllm_source or installed_vllm_source()
     if not source.is_file():
         parser.error(f"--vllm-source {source} is not a file")
     batches = tuple(int(b) for b in args.batches.split(","))

@@ -310,7 +310,6 @@ TARGETS = {  # name: (arm, per-round ratio, threshold, whether a value clears it
         operator.ge,
     ),
 }
-BASES = {"route": "vllm", "bi": "vllm", "golden": "route"}  # the arm each arm is compared with
 TARGET_RULE = (
     "met: every round's ratio clears the threshold; not met: none does; inconclusive: the "
     "rounds' ratios fall on both sides"
@@ -358,6 +357,14 @@ def golden_ratios(golden: dict[str, Any], route: dict[str, Any]) -> dict[str, fl
     }
 
 
+# Each compared arm: the arm it is compared with and the ratios of the comparison.
+BASES = {
+    "route": ("vllm", arm_ratios),
+    "bi": ("vllm", arm_ratios),
+    "golden": ("route", golden_ratios),
+}
+
+
 def ratio_spread(values: list[float]) -> dict[str, Any]:
     """A round ratio's range over its median, and the rounds it was measured in."""
     middle = median(values)
@@ -391,10 +398,9 @@ def summarize(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     spread = {arm: {name: [min(v), max(v)] for name, v in m.items()} for arm, m in values.items()}
     ratios: dict[str, dict[str, float]] = {}
     by_round: dict[str, dict[str, list[float]]] = {}
-    for arm, base in BASES.items():
+    for arm, (base, compare) in BASES.items():
         if base not in per_arm or arm not in per_arm:
             continue
-        compare = golden_ratios if arm == "golden" else arm_ratios
         ratios[arm] = compare(per_arm[arm], per_arm[base])
         paired = [compare(flat(r[arm]), flat(r[base])) for r in rounds if arm in r and base in r]
         by_round[arm] = {name: [p[name] for p in paired] for name in ratios[arm]}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import functools
 import importlib.util
 import tempfile
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from . import what_if_kernel
 
 VLLM_KERNEL = "fused_recurrent_gated_delta_rule_packed_decode_kernel"
 VLLM_LAUNCHER = "fused_recurrent_gated_delta_rule_packed_decode"
+FUSED_RECURRENT = Path("third_party/flash_linear_attention/ops/fused_recurrent.py")
 HEADS = {"H": 16, "HV": 32, "K": 128, "V": 128}
 REGISTERS = 65536  # per SM on sm_90
 MAX_WARPS = 64  # resident warps per SM on sm_90
@@ -64,12 +66,20 @@ class Arm:
     num_warps: int
 
 
+def installed_vllm_source() -> Path:
+    """The installed vLLM's ``fused_recurrent.py``."""
+    import vllm
+
+    return Path(vllm.__file__).parent / FUSED_RECURRENT
+
+
+@functools.cache
 def vllm_kernel(source: Path) -> triton.runtime.JITFunction:
     """vLLM's packed decode kernel from a release's ``fused_recurrent.py``, under this Triton.
 
     The function's source is written to a module of its own with ``tl``, ``triton`` and the
     module's ``exp`` (``tl.exp``, FLA_USE_FAST_OPS unset), so the CPU build's placeholder
-    ``vllm.triton_utils`` is not involved.
+    ``vllm.triton_utils`` is not involved. Once per source and process.
     """
     text = Path(source).read_text()
     node = next(

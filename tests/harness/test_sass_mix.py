@@ -14,6 +14,7 @@ from gdn_evidence.harness.sass_mix import (
     VLLM_KERNEL,
     compile_ours,
     compile_vllm,
+    installed_vllm_source,
     mix,
     table,
     vllm_block_v,
@@ -37,14 +38,8 @@ SM90_BRANCH = """    elif (
         BV = 4"""
 
 
-def installed_source() -> Path:
-    import vllm
-
-    return Path(vllm.__file__).parent / "third_party/flash_linear_attention/ops/fused_recurrent.py"
-
-
 def test_vllms_kernel_compiles_from_its_source_and_counts_per_state_element():
-    arm = compile_vllm(installed_source(), torch.bfloat16, batch=64, capability=90)
+    arm = compile_vllm(installed_vllm_source(), torch.bfloat16, batch=64, capability=90)
     counted = mix(arm)
     assert counted["state_elements_per_thread"] == 32 * 128 // 32
     assert counted["instructions"] == sum(counted["classes"].values())
