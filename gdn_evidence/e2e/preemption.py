@@ -13,8 +13,8 @@ vLLM's own preemption test does. In that one engine:
   twice. Every request's tokens and top-5 logprobs of every step are compared, bit for bit,
   with its uninterrupted run.
 * ``natural``: a KV cache of ``kv_blocks`` blocks (a few requests' worth), 24 prompts
-  generating 384 tokens each at once; the scheduler preempts under the KV pressure. Eight of
-  them, generated alone first, are compared.
+  generating ``NATURAL_NEW_TOKENS`` each at once; the scheduler preempts under the KV
+  pressure. Eight of them, generated alone first, are compared.
 
 
 With prefix caching on (the ``graphs`` setting, align mode):

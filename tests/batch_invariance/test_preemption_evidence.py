@@ -52,6 +52,25 @@ def test_natural_cases_preempt_enough_and_cover_every_engine():
     }
 
 
-def test_the_cost_section_quotes_the_longest_replay_of_the_table():
-    longest = max(c["replay_seconds"] for c in records())
-    assert f"it took up to {longest:.2f} s per run" in " ".join(DOC.read_text().split())
+def test_cached_kinds_resume_past_the_prompt_and_their_controls_differ():
+    cases = records()
+    cached = [c for c in cases if c["kind"] == "forced-cached"]
+    assert cached and all(
+        c["resumes_with_hit_past_prompt"] > 0 for c in cached if c["arm"] == "replay"
+    )
+    for kind in ("forced-cached", "multi-turn"):
+        control = [c for c in cases if c["kind"] == kind and c["arm"] == "control"]
+        assert control and all(c["identical"] == 0 for c in control)
+    turns = [c for c in cases if c["kind"] == "multi-turn"]
+    assert all(
+        (c["turn_cached_tokens"] <= c["previous_prompt"]) == (c["arm"] == "replay") for c in turns
+    )
+
+
+def test_the_cost_section_quotes_the_longest_replays_of_the_graphs_stage():
+    graphs = [c for c in records() if c["cuda_graphs"] and c["engine"]["model_runner"] == "v1"]
+    route = max(c["replay_seconds"] for c in graphs if c["mode"] == "route")
+    golden = sorted(c["replay_seconds"] for c in graphs if c["mode"] == "golden")
+    doc = " ".join(DOC.read_text().split())
+    assert f"it took up to {route:.2f} s per run" in doc
+    assert f"the first forced run of mode golden took {golden[-2]:.1f}–{golden[-1]:.1f} s" in doc
