@@ -3,6 +3,7 @@
     python scripts/bench_replay.py --out bench_replay.json [--lengths 256 2048 8192]
         [--sequences 8 64] [--layout tp1|tp4] [--rounds 3] [--backward-max-tokens N]
     python scripts/bench_replay.py --smoke --out smoke.json     # CPU, toy sizes (CI)
+    python scripts/bench_replay.py --table bench_replay.json     # its Markdown table
 
 For each response length T and number of sequences S (every sequence T tokens, Qwen3-Next's
 GDN dims of the layout, bf16 x, a, b, weights and conv state, a float32 state), these arms run
@@ -270,9 +271,33 @@ def bench_size(dims: LayerDims, sequences: int, length: int, args, device) -> di
     }
 
 
+def results_table(record: dict) -> str:
+    """The Markdown table of a file's rows: medians in ms and the ratios to the replay."""
+    lines = [
+        "| sequences x tokens | replay (ms) | chunk (ms) | per-token (ms) | chunk / replay "
+        "| per-token / replay | replay backward (ms) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in record["rows"]:
+        ms = {name: f"{1e3 * t:.2f}" for name, t in row["median_s"].items()}
+        ratio = {name: f"{r:.2f}" for name, r in row["ratios"].items()}
+        cells = [
+            f"{row['sequences']} x {row['tokens_per_sequence']}",
+            ms["replay"],
+            ms.get("chunk", "-"),
+            ms["per_token"],
+            ratio.get("chunk/replay", "-"),
+            ratio["per_token/replay"],
+            ms.get("replay_backward", "-"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
+    parser.add_argument("--table", type=Path, help="print the results table of this JSON file")
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 2048, 8192])
     parser.add_argument("--sequences", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="tp1")
@@ -280,6 +305,11 @@ def main() -> int:
     parser.add_argument("--backward-max-tokens", type=int, default=1 << 62)
     parser.add_argument("--smoke", action="store_true", help="CPU, toy dims (CI)")
     args = parser.parse_args()
+    if args.table is not None:
+        print(results_table(json.loads(args.table.read_text())))
+        return 0
+    if args.out is None:
+        parser.error("--out is required (or --table)")
     if args.smoke:
         device, dims = torch.device("cpu"), SMOKE_DIMS
         args.lengths, args.sequences, args.rounds = [3], [2], 2

@@ -18,7 +18,7 @@
 #           golden kernels' direct launch
 #   replay  scripts/replay_engine_check.py: the three tiny models in mode golden, eager, every
 #           GDN layer captured and replayed (prompt_state, replay_response) with its control;
-#           about 2 to 3 minutes (engines start in parallel, ~30 s each eager, plus Triton
+#           98 s at 67cd0fa (engines start in parallel, ~47 s each eager, plus Triton
 #           compiles), LIMIT 290 s by default; copy $OUT/replay_engine.json to
 #           docs/evidence/replay_engine.json
 # Usage: h200_preemption_evidence.sh OUT STAGE [LIMIT]; PREEMPTION_MODELS overrides the models.

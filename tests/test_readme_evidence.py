@@ -218,8 +218,15 @@ def preemption_claims() -> list[str]:
 
     forced, natural = of("forced", "replay"), of("natural", "replay")
     forced_off, natural_off = of("forced", "control"), of("natural", "control")
+    cached, turns = of("forced-cached", "replay"), of("multi-turn", "replay")
+    cached_off, turns_off = of("forced-cached", "control"), of("multi-turn", "control")
     assert len(set(forced[2])) == 1
     return [
+        f"With prefix caching, {cached[0]} of {cached[1]} requests resumed from their own cached "
+        f"blocks (decode-built ones past the prompt among them) and {turns[0]} of {turns[1]} next "
+        "turns of a conversation with its answer cached were bitwise the uncached runs; "
+        f"{cached_off[0]} of {cached_off[1]} and {turns_off[0]} of {turns_off[1]} without the "
+        "replay",
         f"(`docs/evidence/preemption.json`, {len(engines)} engines",
         f"step: {forced[0]} of {forced[1]} requests of the runs with forced preemption "
         f"({forced[2][0]} preemptions per run) and {natural[0]} of {natural[1]} sampled requests "
@@ -301,7 +308,31 @@ def bf16_instruction_ratio() -> float:
     return ratio
 
 
+def replay_claims() -> list[str]:
+    cases = load(EVIDENCE / "replay_engine.json")["cases"]
+    replay = [c for c in cases if c["kind"] == "replay"]
+    assert all(c["differing_elements"] == 0 for c in replay)
+    layers = {(c["model"], c["layer"]) for c in replay}
+    requests = {c["request"] for c in replay}
+    (tokens,) = {c["tokens"] for c in replay}
+    rows = load(EVIDENCE / "bench_replay.json")["rows"]
+    ms = {(r["sequences"], r["tokens_per_sequence"]): r["median_s"] for r in rows}
+    chunk = [r["ratios"]["chunk/replay"] for r in rows if r["ratios"]["chunk/replay"] < 1]
+    per_token = [r["ratios"]["per_token/replay"] for r in rows]
+    backward = [r["median_s"]["replay_backward"] for r in rows]
+    return [
+        f"the three tiny models' {len(layers)} GDN layers and {len(requests)} requests each "
+        f"with {tokens} response tokens, no element differed",
+        f"the replay's forward took {1e3 * ms[(8, 256)]['replay']:.1f} ms for 8 responses of 256 "
+        f"tokens and {1e3 * ms[(64, 2048)]['replay']:.0f} ms for 64 of 2048 "
+        f"({1 / max(chunk):.0f} to {1 / min(chunk):.1f} times vLLM's chunk prefill",
+        f"{min(per_token):.0f} to {max(per_token):.0f} times faster than the per-token kernels",
+        f"took {min(backward):.1f} to {max(backward):.1f} s",
+    ]
+
+
 CLAIMS: dict[str, Callable[[], list[str]]] = {
+    "replay": replay_claims,
     "demo": demo_claims,
     "shadow": shadow_claims,
     "end to end": e2e_claims,

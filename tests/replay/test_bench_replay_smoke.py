@@ -21,3 +21,19 @@ def test_the_smoke_run_writes_timings_ratios_and_provenance(tmp_path):
     assert all(len(times) == 2 and min(times) > 0 for times in row["seconds"].values())
     assert row["ratios"]["per_token/replay"] > 0
     assert set(row["skipped"]) == {"chunk", "chunk_backward"}
+
+
+def test_the_docs_speed_table_is_the_evidence_files():
+    root = SCRIPT.parents[1]
+    table = subprocess.run(
+        [sys.executable, str(SCRIPT), "--table", str(root / "docs/evidence/bench_replay.json")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout.strip()
+    doc = (root / "docs" / "replay.md").read_text()
+    block = doc.split("<!-- bench-replay-table -->\n", 1)[1].split(
+        "\n<!-- /bench-replay-table -->"
+    )[0]
+    assert block == table

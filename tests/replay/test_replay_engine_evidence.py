@@ -80,3 +80,12 @@ def test_each_engine_ran_mode_golden_under_batch_invariant_mode_eager(record):
         assert (engine["mode"], engine["batch_invariant"]) == ("golden", "1")
         assert "mode=golden" in engine["plugin"]
         assert engine["cudagraph_mode"].endswith("NONE")
+
+
+def test_the_doc_quotes_how_much_the_controls_differ(record):
+    controls = [c for c in record["cases"] if c["kind"] == "control"]
+    shares = [c["differing_elements"] / c["compared_elements"] for c in controls]
+    text = " ".join(DOC.read_text().split())
+    assert (
+        f"differed in {100 * min(shares):.0f} to {100 * max(shares):.0f} % of the elements" in text
+    )
