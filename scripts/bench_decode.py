@@ -2,6 +2,7 @@
 
     python scripts/bench_decode.py --out bench_decode.json [--quick] [--sweep]
     python scripts/bench_decode.py --smoke --out /tmp/smoke.json     # CPU: the script's plumbing
+    python scripts/bench_decode.py --table bench_decode.json          # its Markdown table
 
 For each batch size (all rows active; default 1, 2, 4, ..., 1024), Qwen3-Next's TP1 heads
 (H=16, HV=32, K=V=128, conv dim 8192, W=4) and an fp32 and a bf16 recurrent state, three ops
@@ -519,6 +520,37 @@ def summary(cases: list[dict]) -> dict:
     return {"below_1": below, "api_bound_misses": misses, "cases": len(cases)}
 
 
+def results_table(report: dict) -> str:
+    """The Markdown table of a report: per case the three ratios (vLLM's time / ours), the
+    public functions' wall time over the launch's and the bound, and the what-if kernel's
+    ratios where it ran."""
+    state = {"float32": "fp32", "bfloat16": "bf16"}
+    lines = [
+        "| op | state | B | vLLM (µs) | ours (µs) | vLLM/ours | wall | device "
+        "| API / launch | API bound | what-if | what-if FMA |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in sorted(report["cases"], key=lambda c: (c["batch"], c["state_dtype"], c["op"])):
+        what_if = c.get("what_if", {})
+        device = c["speed_vs_vllm_device"]
+        cells = [
+            c["op"],
+            state[c["state_dtype"]],
+            str(c["batch"]),
+            f"{c['us']['vllm']:.1f}",
+            f"{c['us']['ours']:.1f}",
+            f"{c['speed_vs_vllm']:.3f}",
+            f"{c['speed_vs_vllm_wall']:.3f}",
+            "-" if device is None else f"{device:.3f}",
+            f"{c['api_bound']['ratio']:.2f}",
+            "within" if c["api_bound"]["within"] else "missed",
+            f"{what_if['grouped']['speed_vs_vllm']:.3f}" if what_if else "-",
+            f"{what_if['grouped_fma']['speed_vs_vllm']:.3f}" if what_if else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def reexec_interpreted(argv: list[str]) -> None:
     """--smoke runs our kernels in Triton's interpreter, which must be chosen before the kernels
     are imported: run this script again with TRITON_INTERPRET=1."""
@@ -528,7 +560,8 @@ def reexec_interpreted(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, type=Path, help="JSON file to write")
+    parser.add_argument("--out", type=Path, help="JSON file to write")
+    parser.add_argument("--table", type=Path, help="print the results table of this JSON file")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: all)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + str(OPS))
     parser.add_argument("--sweep", action="store_true", help="also time other launch shapes")
@@ -538,6 +571,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print(results_table(json.loads(args.table.read_text())))
+        return 0
+    if args.out is None:
+        parser.error("--out is required (or --table)")
     ops = tuple(args.ops.split(","))
     if set(ops) - set(OPS):
         parser.error(f"--ops takes {OPS}")

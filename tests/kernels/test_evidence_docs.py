@@ -1,13 +1,19 @@
-"""docs/kernels.md's speed table and verdicts are what docs/evidence/bench_decode.json says."""
+"""docs/kernels.md's speed tables and verdicts are what their evidence files say: the run at
+67cd0fa (docs/evidence/bench_decode.json) and the earlier one with vLLM 0.34.0's kernels
+(docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-EVIDENCE = ROOT / "docs" / "evidence" / "bench_decode.json"
+EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
+CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"
+BENCH_DECODE = ROOT / "scripts" / "bench_decode.py"
 DOC = ROOT / "docs" / "kernels.md"
 STATE = {"float32": "fp32", "bfloat16": "bf16"}
 
@@ -65,3 +71,62 @@ def test_the_public_functions_speed_is_quoted():
         f"`recurrent_step` and {min(conv):.3f}–{max(conv):.2f}x for `conv_update`" in doc
     )
     assert f"; {min(api(small)):.3f}–{max(api(small)):.3f}x at B = 1 and 16)" in doc
+
+
+def current_cases(min_batch: int = 64) -> list[dict]:
+    return [c for c in json.loads(CURRENT.read_text())["cases"] if c["batch"] >= min_batch]
+
+
+def test_the_current_table_is_the_evidence_files():
+    table = subprocess.run(
+        [sys.executable, str(BENCH_DECODE), "--table", str(CURRENT)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout.strip()
+    doc = DOC.read_text()
+    block = doc.split("<!-- bench-decode-table -->\n", 1)[1].split(
+        "\n<!-- /bench-decode-table -->"
+    )[0]
+    assert block == table
+
+
+def test_the_current_runs_quoted_ranges_and_misses():
+    large = current_cases()
+
+    def span(op: str, state: str, key: str = "speed_vs_vllm") -> str:
+        values = [c[key] for c in large if (c["op"], c["state_dtype"]) == (op, state)]
+        return f"{min(values):.2f}–{max(values):.2f}x"
+
+    doc = flat_doc()
+    assert f"the recurrent step is {span('recurrent', 'float32')} vLLM with an fp32 state" in doc
+    assert f"and {span('recurrent', 'bfloat16')} with bf16" in doc
+    assert f"the conv update is {span('conv', 'float32')} with an fp32 cache" in doc
+    assert f"{span('conv', 'bfloat16')} with bf16 (device time" in doc
+    misses = json.loads(CURRENT.read_text())["summary"]["api_bound_misses"]
+    assert f"The bound is missed {len(misses)} times of {len(current_cases(0))}" in doc
+    what_if = [c["what_if"] for c in large if "what_if" in c]
+    plain = [w["grouped"]["speed_vs_vllm"] for w in what_if]
+    fma = [w["grouped_fma"]["speed_vs_vllm"] for w in what_if]
+    ours = [c["speed_vs_vllm"] for c in large if "what_if" in c]
+    assert max(plain) < min(ours) and max(fma) < min(ours)  # the what-if kernel is slower
+    assert (
+        f"ran at {min(plain):.2f}–{max(plain):.2f}x ({min(fma):.2f}–{max(fma):.2f}x with FMAs)"
+        in doc
+    )
+
+
+def test_the_engine_paragraph_quotes_bench_engine_golden():
+    summary = json.loads((ROOT / "docs/evidence/bench_engine_golden.json").read_text())["summary"]
+    ratios, spread = summary["ratios"]["golden"], summary["ratio_spread"]["golden"]
+    decode = summary["round_ratios"]["golden"]["decode_throughput_vs_route"]
+    doc = flat_doc()
+    assert (
+        f"decode throughput {ratios['decode_throughput_vs_route']:.3f}x, throughput "
+        f"{ratios['throughput_vs_route']:.3f}x, inter-token latency {ratios['itl_vs_route']:.3f}x"
+        in doc
+    )
+    assert f"ran {min(decode):.2f}–{max(decode):.2f}x (a spread of " in doc
+    assert f"spread of {100 * spread['decode_throughput_vs_route']['spread']:.0f} % of its" in doc
+    assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] in doc
