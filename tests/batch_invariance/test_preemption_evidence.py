@@ -5,6 +5,7 @@ control differing, enough natural preemptions, every model, setting and mode).""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from gdn_evidence.e2e.preemption import results_table
@@ -74,3 +75,20 @@ def test_the_cost_section_quotes_the_longest_replays_of_the_graphs_stage():
     doc = " ".join(DOC.read_text().split())
     assert f"it took up to {route:.2f} s per run" in doc
     assert f"the first forced run of mode golden took {golden[-2]:.1f}–{golden[-1]:.1f} s" in doc
+
+
+def test_the_cost_section_quotes_the_replay_per_preempted_request():
+    doc = " ".join(DOC.read_text().split())
+    for mode in ("route", "golden"):
+        per = [
+            1e3 * c["replay_seconds"] / c["preemptions"]
+            for c in records()
+            if c["arm"] == "replay"
+            and c["cuda_graphs"]
+            and c["engine"]["model_runner"] == "v1"
+            and c["mode"] == mode
+            and c["preemptions"] > 0
+        ]
+        assert f"{len(per)} runs with preemptions of each mode" in doc
+        assert f"{mode} {statistics.median(per):.1f} ms" in doc
+        assert f"{min(per):.1f}" in doc and f"{max(per):.1f} ms" in doc
