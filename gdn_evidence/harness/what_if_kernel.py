@@ -79,6 +79,14 @@ def grouped_dot(
 
 
 @triton.jit
+def unreplicated(y, J: tl.constexpr, C: tl.constexpr):
+    """``y`` [J, C] unchanged, through a reduction over an axis of one element: as in
+    ``kernels.recurrent.l2_normalized``, it keeps Triton from recomputing the divisions that
+    made ``y`` in the replicated layout of the slabs it is split into."""
+    return tl.reshape(tl.reduce(tl.reshape(y, [J, C, 1]), 2, add), [J, C])
+
+
+@triton.jit
 def grouped_recurrent_kernel(
     mixed_qkv,
     a,
@@ -129,8 +137,8 @@ def grouped_recurrent_kernel(
     k_slabs = to_slabs(k, LOG2_J, C)
     q_norm = grouped_dot(q_slabs, q_slabs, 1, 1, LOG2_J, LOG2_CL, LOG2_VEC, FMA)
     k_norm = grouped_dot(k_slabs, k_slabs, 1, 1, LOG2_J, LOG2_CL, LOG2_VEC, FMA)
-    q = tl.div_rn(q, sqrt(q_norm + QK_NORM_EPS)[:, None])
-    k = tl.div_rn(k, sqrt(k_norm + QK_NORM_EPS)[:, None])
+    q = unreplicated(tl.div_rn(q, sqrt(q_norm + QK_NORM_EPS)[:, None]), J, C)
+    k = unreplicated(tl.div_rn(k, sqrt(k_norm + QK_NORM_EPS)[:, None]), J, C)
     q_slabs = to_slabs(q * scale, LOG2_J, C)
     k_slabs = to_slabs(k, LOG2_J, C)
     a_val = to_fp32(tl.load(a + i_n * HV + i_hv))
