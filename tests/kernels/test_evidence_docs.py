@@ -130,3 +130,32 @@ def test_the_engine_paragraph_quotes_bench_engine_golden():
     assert f"ran {min(decode):.2f}–{max(decode):.2f}x (a spread of " in doc
     assert f"spread of {100 * spread['decode_throughput_vs_route']['spread']:.0f} % of its" in doc
     assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] in doc
+
+
+def test_the_triton_3_6_counts_behind_the_what_if_timing_are_quoted():
+    def ipe(name: str) -> dict[str, dict]:
+        cases = json.loads((ROOT / "docs" / "evidence" / name).read_text())["cases"]
+        return {c["arm"]: c for c in cases if (c["state"], c["batch"]) == ("bf16", 64)}
+
+    timed, guarded = ipe("sass_mix_triton3.6.0_as_timed.json"), ipe("sass_mix_triton3.6.0.json")
+    divisions = timed["what_if_grouped"]["top_opcodes"]["FCHK"]
+    assert divisions >= 64  # one per replicated element, not a few per thread
+    # top_opcodes holds the 12 most frequent: FCHK is not among them once guarded
+    assert "FCHK" not in guarded["what_if_grouped"]["top_opcodes"]
+    assert (
+        guarded["what_if_grouped"]["instructions_per_element"]
+        < guarded["ours"]["instructions_per_element"]
+        < timed["what_if_grouped"]["instructions_per_element"]
+    )
+    doc = flat_doc()
+    assert (
+        f"issues {timed['what_if_grouped']['instructions_per_element']:.2f} instructions per "
+        f"element with a bf16 state, {divisions} IEEE divisions per thread" in doc
+    )
+    assert (
+        f"{guarded['what_if_grouped']['instructions_per_element']:.2f} and "
+        f"{guarded['what_if_grouped_fma']['instructions_per_element']:.2f} instructions per "
+        f"element under Triton 3.6.0, against vLLM 0.26.0's "
+        f"{guarded['vllm']['instructions_per_element']:.2f} and ours' "
+        f"{guarded['ours']['instructions_per_element']:.2f}" in doc
+    )
