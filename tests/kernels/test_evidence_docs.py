@@ -159,3 +159,12 @@ def test_the_triton_3_6_counts_behind_the_what_if_timing_are_quoted():
         f"{guarded['vllm']['instructions_per_element']:.2f} and ours' "
         f"{guarded['ours']['instructions_per_element']:.2f}" in doc
     )
+
+
+def test_the_fp32_counts_of_the_kernels_as_timed_are_quoted():
+    cases = json.loads((ROOT / "docs/evidence/sass_mix_triton3.6.0.json").read_text())["cases"]
+    fp32 = {c["arm"]: c for c in cases if (c["state"], c["batch"]) == ("fp32", 64)}
+    assert (
+        f"ours issues {fp32['ours']['instructions_per_element']:.2f} instructions per element "
+        f"against vLLM 0.26.0's {fp32['vllm']['instructions_per_element']:.2f}" in flat_doc()
+    )
