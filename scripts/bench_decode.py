@@ -42,13 +42,14 @@ kernel (RecurrentConfig: rows per program, warps, lanes along K) from B=64 up, f
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
 no golden has its bits) at the default launch shape: ``what_if`` holds its medians and vLLM's
-time over each. Not with an fp32 state, where that kernel spills (``scripts/sass_mix.py``).
+time over each. Not with an fp32 state, where that kernel spills under Triton 3.9.0
+(``scripts/sass_mix.py``).
 
-``--quick`` (3 rounds, shorter do_bench and profiles) fits one device call: about 3 minutes on
-an H200 for the default sizes, vLLM's import and the kernels' compiles included. ``--smoke``
-runs the whole flow on CPU with tiny heads, B = 2, our kernels in Triton's interpreter and
-the goldens standing in for vLLM's kernels (named so in the report); it measures nothing and
-exists so that a test catches a broken script.
+``--quick`` (3 rounds, shorter do_bench and profiles) fits one device call: 44 s on an H200
+for the default sizes with ``--what-if`` (commit 67cd0fa; the kernels' compiles included,
+vLLM's import not). ``--smoke`` runs the whole flow on CPU with tiny heads, B = 2, our
+kernels in Triton's interpreter and the goldens standing in for vLLM's kernels (named so in
+the report); it measures nothing and exists so that a test catches a broken script.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Arms, each compiled for Qwen3-Next's TP1 heads (H=16, HV=32, K=V=128) and one st
   the adds that follow them): what the no-FMA rule costs; its bits are not the golden's;
 * ``what_if_grouped`` and ``what_if_grouped_fma``: ``what_if_kernel``'s kernel, another
   golden's reduction order (groups of 4 first) without and with FMAs (it spills with an fp32
-  state).
+  state under Triton 3.9.0, not under 3.6.0).
 
 A program's code is straight-line for an active row (every loop is unrolled), so the static
 count of the kernel function (ptxas's div/sqrt slow-path functions left out) is what a thread

@@ -32,7 +32,13 @@ from vllm_gdn_invariant.kernels.elementary import (
     sqrt,
     to_fp32,
 )
-from vllm_gdn_invariant.kernels.recurrent import RecurrentConfig, gates, load_vector, to_slabs
+from vllm_gdn_invariant.kernels.recurrent import (
+    RecurrentConfig,
+    gates,
+    load_vector,
+    to_slabs,
+    unreplicated,
+)
 
 KERNEL_NAME = "grouped_recurrent_kernel"
 
@@ -76,14 +82,6 @@ def grouped_dot(
     for level in tl.static_range(LOG2_VEC - 2):
         x = halve_last(x, R, 1, VG >> level)
     return tl.reshape(x, [R])
-
-
-@triton.jit
-def unreplicated(y, J: tl.constexpr, C: tl.constexpr):
-    """``y`` [J, C] unchanged, through a reduction over an axis of one element: as in
-    ``kernels.recurrent.l2_normalized``, it keeps Triton from recomputing the divisions that
-    made ``y`` in the replicated layout of the slabs it is split into."""
-    return tl.reshape(tl.reduce(tl.reshape(y, [J, C, 1]), 2, add), [J, C])
 
 
 @triton.jit

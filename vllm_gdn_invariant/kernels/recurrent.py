@@ -81,10 +81,15 @@ def l2_normalized(x, LOG2_J: tl.constexpr, LOG2_CL: tl.constexpr, LOG2_VEC: tl.c
     C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
     squares = to_slabs(x * x, LOG2_J, C)
     total = fixed_order_sum_slabs(squares, 1, LOG2_J, LOG2_CL, LOG2_VEC)  # [1]
-    y = tl.div_rn(x, sqrt(total + QK_NORM_EPS)[:, None])
-    # A reduction over an axis of one element returns y unchanged; it keeps Triton from
-    # recomputing the divisions in the (replicated) layout of the slabs that y is split into.
-    return tl.reshape(tl.reduce(tl.reshape(y, [1 << LOG2_J, C, 1]), 2, add), [1 << LOG2_J, C])
+    return unreplicated(tl.div_rn(x, sqrt(total + QK_NORM_EPS)[:, None]), 1 << LOG2_J, C)
+
+
+@triton.jit
+def unreplicated(y, J: tl.constexpr, C: tl.constexpr):
+    """``y`` [J, C] unchanged, through a reduction over an axis of one element: it keeps Triton
+    from recomputing what made ``y`` (the normalization's divisions) in the replicated layout
+    of the slabs ``y`` is split into."""
+    return tl.reshape(tl.reduce(tl.reshape(y, [J, C, 1]), 2, add), [J, C])
 
 
 @triton.jit
