@@ -9,6 +9,7 @@ cache's strides (either layout), the shifted window written back in place. An in
 (index <= 0) writes a zero output block and touches no state.
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -101,6 +102,7 @@ def conv_update_kernel(
 
 INTERPRETED = not isinstance(conv_update_kernel, triton.runtime.JITFunction)
 LAUNCH_CONV = Launcher(conv_update_kernel, tensors=6)
+CONFIGS = 1024  # dims whose launch shape is kept
 TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
@@ -112,6 +114,7 @@ class ConvConfig:
     num_warps: int
 
 
+@functools.lru_cache(maxsize=CONFIGS)
 def conv_config(dims: ConvDims, interpreted: bool = INTERPRETED) -> ConvConfig:
     """256 channels over 4 warps per program (vLLM's BLOCK_N); the whole row (up to 4096
     channels) under the interpreter, which only makes its Python loop shorter."""
@@ -202,7 +205,15 @@ def conv_update(
     ``conv_state`` is bitwise the golden's ``new_conv_state``. Runs on CUDA tensors, or on CPU
     tensors under ``TRITON_INTERPRET=1``.
     """
-    options = {"bias": bias, "activation": activation, "dim_first": dim_first}
-    dims = check_conv_args(x, conv_state, weight, state_indices, **options, interpreted=INTERPRETED)
+    dims = check_conv_args(
+        x,
+        conv_state,
+        weight,
+        state_indices,
+        bias=bias,
+        activation=activation,
+        dim_first=dim_first,
+        interpreted=INTERPRETED,
+    )
     out, _ = launch_conv(x, conv_state, weight, state_indices, bias, dims, conv_config(dims))
     return out

@@ -17,6 +17,7 @@ reductions of a value row never mix with other rows, so the launch shape (``Recu
 changes no bits.
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -256,6 +257,7 @@ ROW_ELEMENTS_PER_THREAD = 32  # of one value row's K, per thread
 WARPS = 4
 ROWS_PER_THREAD = {torch.float32: 2, torch.bfloat16: 4}  # from 512 (row, value head) pairs up
 SMALL_BATCH_PAIRS = 512
+CONFIGS = 1024  # (dims, state dtype) pairs whose launch shape is kept
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,7 @@ def log2(n: int) -> int:
     return n.bit_length() - 1
 
 
+@functools.lru_cache(maxsize=CONFIGS)
 def recurrent_config(
     dims: RecurrentDims, state_dtype: torch.dtype, interpreted: bool = INTERPRETED
 ) -> RecurrentConfig:
@@ -417,7 +420,12 @@ def recurrent_step(
     ``TRITON_INTERPRET=1``.
     """
     tensors = (mixed_qkv, a, b, A_log, dt_bias, state, state_indices)
-    options = {"num_k_heads": num_k_heads, "scale": scale, "use_qk_l2norm": use_qk_l2norm}
-    dims = check_recurrent_args(*tensors, **options, interpreted=INTERPRETED)
+    dims = check_recurrent_args(
+        *tensors,
+        num_k_heads=num_k_heads,
+        scale=scale,
+        use_qk_l2norm=use_qk_l2norm,
+        interpreted=INTERPRETED,
+    )
     out, _ = launch_recurrent(*tensors, dims, recurrent_config(dims, state.dtype))
     return out

@@ -5,10 +5,12 @@
 ``golden.recurrent_step`` and ``golden.conv_update``) and make the same checks with the same
 exceptions and messages (tests/kernels/test_kernels_contract.py pins that the wrappers and the
 goldens raise alike): ``golden.check_recurrent_dims`` / ``golden.check_conv_dims`` (every type,
-dtype, rank, device and shape; no value read), then ``golden.check_state_index_values`` (active
-indices in range and not repeated), whose verdict ``CHECKED_INDICES`` keeps per index tensor,
-so that a call with an index tensor already checked, unchanged, reads nothing back from the
-device. The kernels add three limits of their own, each a ``ValueError`` naming the argument:
+dtype, rank, device and shape; no value read), whose verdict ``CHECKED_SIGNATURES`` keeps per
+argument signature, then ``golden.check_state_index_values`` (active indices in range and not
+repeated), whose verdict ``CHECKED_INDICES`` keeps per index tensor, so that a call with an index
+tensor already checked, unchanged, reads nothing back from the device and a call whose arguments
+look like those of an earlier passing call repeats none of the metadata checks. The kernels add
+three limits of their own, each a ``ValueError`` naming the argument:
 
 * tensors on CPU run only under Triton's interpreter (``TRITON_INTERPRET=1`` set before this
   package is imported); otherwise the data must be on a CUDA device;
@@ -20,7 +22,9 @@ device. The kernels add three limits of their own, each a ``ValueError`` naming 
 Nothing is written before all checks pass.
 """
 
+import math
 import weakref
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -30,12 +34,15 @@ from vllm_gdn_invariant.golden import ConvDims, RecurrentDims
 
 __all__ = [
     "CHECKED_INDICES",
+    "CHECKED_SIGNATURES",
     "MAX_HEAD_K",
     "CheckedIndices",
+    "CheckedSignatures",
     "ConvDims",
     "RecurrentDims",
     "check_conv_args",
     "check_recurrent_args",
+    "signature",
     "require_no_overlap",
     "require_runnable_device",
 ]
@@ -45,7 +52,7 @@ MAX_HEAD_K = 1 << 20  # Triton's largest tensor (TRITON_MAX_TENSOR_NUMEL)
 
 def require_runnable_device(device: torch.device, interpreted: bool, name: str) -> None:
     """CUDA always; CPU only when the kernels were built for Triton's interpreter."""
-    if device.type == "cuda" or (device.type == "cpu" and interpreted):
+    if runnable(device, interpreted):
         return
     if device.type == "cpu":
         raise ValueError(
@@ -145,6 +152,73 @@ class CheckedIndices:
 CHECKED_INDICES = CheckedIndices()
 
 
+SIGNATURE_VERDICTS = 1024  # argument signatures whose verdict is kept
+
+
+def signature(value: object) -> tuple:
+    """What the metadata checks read of one argument: a tensor's type, dtype, shape and device;
+    another value's type and value, and a float's sign (-0.0 and 0.0 are one key otherwise)."""
+    if isinstance(value, Tensor):
+        return (type(value), value.dtype, value.shape, value.device)
+    if isinstance(value, float):
+        return (type(value), value, math.copysign(1.0, value))
+    return (type(value), value)
+
+
+def signatures(tensors: tuple) -> list:
+    """``signature`` of each of ``tensors`` (faster when all are tensors; an object of another
+    type with a dtype, shape and device gets those, a key that never passes the checks)."""
+    try:
+        return [(type(value), value.dtype, value.shape, value.device) for value in tensors]
+    except AttributeError:  # not all tensors
+        return [signature(value) for value in tensors]
+
+
+class CheckedSignatures:
+    """The verdicts of argument signatures that passed the metadata checks.
+
+    The checks of ``golden.check_recurrent_dims`` / ``golden.check_conv_dims``, the recurrent
+    kernel's K limit and ``require_runnable_device`` read each argument's ``signature`` and
+    nothing else, so arguments with the signatures of passing ones pass them with the same dims.
+    A key is the op's name, whether the kernels are interpreted and every argument's signature;
+    its verdict is the dims and whether the data's device can run the kernels. A key that cannot
+    be hashed (an argument of an unhashable type) is never kept, and its call checks every time.
+    Only passing verdicts are kept (a failing check raises), the most recent ``capacity`` of
+    them.
+    """
+
+    def __init__(self, capacity: int = SIGNATURE_VERDICTS) -> None:
+        self.capacity = capacity
+        self.verdicts: dict[tuple, tuple[object, bool]] = {}
+
+    def verdict(self, key: tuple, check: Callable[[], tuple[object, bool]]) -> tuple[object, bool]:
+        """The kept verdict of ``key``, or ``check()``'s (dims, runnable), kept when ``key`` can
+        be."""
+        try:
+            kept = self.verdicts.get(key)
+        except TypeError:  # unhashable: check every time
+            return check()
+        if kept is not None:
+            return kept
+        verdict = check()
+        if len(self.verdicts) >= self.capacity:
+            self.verdicts.pop(next(iter(self.verdicts)))
+        self.verdicts[key] = verdict
+        return verdict
+
+    def clear(self) -> None:
+        """Forget every verdict: the next call with any arguments checks them again."""
+        self.verdicts.clear()
+
+
+CHECKED_SIGNATURES = CheckedSignatures()
+
+
+def runnable(device: torch.device, interpreted: bool) -> bool:
+    """Whether ``require_runnable_device`` passes ``device``."""
+    return device.type == "cuda" or (device.type == "cpu" and interpreted)
+
+
 def check_recurrent_args(
     mixed_qkv: object,
     a: object,
@@ -159,28 +233,33 @@ def check_recurrent_args(
     use_qk_l2norm: object,
     interpreted: bool,
 ) -> RecurrentDims:
-    """``golden.check_recurrent_args``'s checks (the index values' verdict kept per index
-    tensor), then the recurrent kernel's limits (module docstring); returns the dims."""
-    dims = golden.check_recurrent_dims(
-        mixed_qkv,
-        a,
-        b,
-        A_log,
-        dt_bias,
-        state,
-        state_indices,
-        num_k_heads=num_k_heads,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-    )
-    CHECKED_INDICES.check(state_indices, num_blocks=state.shape[0])
-    require_runnable_device(mixed_qkv.device, interpreted, "mixed_qkv")
-    require_no_overlap(state, "state")
-    if dims.head_k > MAX_HEAD_K:
-        raise ValueError(
-            f"state has K={dims.head_k}; the recurrent kernel supports K <= {MAX_HEAD_K} "
-            "(a K vector is one Triton tensor)"
+    """``golden.check_recurrent_args``'s checks (the metadata checks' verdict kept per argument
+    signature, the index values' per index tensor), then the recurrent kernel's limits (module
+    docstring); returns the dims."""
+    tensors = (mixed_qkv, a, b, A_log, dt_bias, state, state_indices)
+
+    def check() -> tuple[RecurrentDims, bool]:
+        dims = golden.check_recurrent_dims(
+            *tensors, num_k_heads=num_k_heads, scale=scale, use_qk_l2norm=use_qk_l2norm
         )
+        if dims.head_k > MAX_HEAD_K:
+            raise ValueError(
+                f"state has K={dims.head_k}; the recurrent kernel supports K <= {MAX_HEAD_K} "
+                "(a K vector is one Triton tensor)"
+            )
+        return dims, runnable(mixed_qkv.device, interpreted)
+
+    options = (
+        (type(num_k_heads), num_k_heads),
+        signature(scale),
+        (type(use_qk_l2norm), use_qk_l2norm),
+    )
+    key = ("recurrent", interpreted, *signatures(tensors), *options)
+    dims, on_runnable_device = CHECKED_SIGNATURES.verdict(key, check)
+    CHECKED_INDICES.check(state_indices, num_blocks=state.shape[0])
+    if not on_runnable_device:
+        require_runnable_device(mixed_qkv.device, interpreted, "mixed_qkv")
+    require_no_overlap(state, "state")
     return dims
 
 
@@ -195,11 +274,22 @@ def check_conv_args(
     dim_first: object = True,
     interpreted: bool,
 ) -> ConvDims:
-    """``golden.check_conv_args``'s checks (the index values' verdict kept per index tensor),
-    then the conv kernel's limits (module docstring); returns the dims."""
-    options = {"bias": bias, "activation": activation, "dim_first": dim_first}
-    dims = golden.check_conv_dims(x, conv_state, weight, state_indices, **options)
+    """``golden.check_conv_args``'s checks (the metadata checks' verdict kept per argument
+    signature, the index values' per index tensor), then the conv kernel's limits (module
+    docstring); returns the dims."""
+    tensors = (x, conv_state, weight, state_indices)
+
+    def check() -> tuple[ConvDims, bool]:
+        dims = golden.check_conv_dims(
+            *tensors, bias=bias, activation=activation, dim_first=dim_first
+        )
+        return dims, runnable(x.device, interpreted)
+
+    options = (signature(bias), (type(activation), activation), (type(dim_first), dim_first))
+    key = ("conv", interpreted, *signatures(tensors), *options)
+    dims, on_runnable_device = CHECKED_SIGNATURES.verdict(key, check)
     CHECKED_INDICES.check(state_indices, num_blocks=conv_state.shape[0])
-    require_runnable_device(x.device, interpreted, "x")
+    if not on_runnable_device:
+        require_runnable_device(x.device, interpreted, "x")
     require_no_overlap(conv_state, "conv_state")
     return dims
