@@ -45,9 +45,9 @@ no golden has its bits) at the default launch shape: ``what_if`` holds its media
 time over each. Not with an fp32 state, where that kernel spills under Triton 3.9.0
 (``scripts/sass_mix.py``).
 
-``--quick`` (3 rounds, shorter do_bench and profiles) fits one device call: 44 s on an H200
-for the default sizes with ``--what-if`` (commit 67cd0fa; the kernels' compiles included,
-vLLM's import not). ``--smoke`` runs the whole flow on CPU with tiny heads, B = 2, our
+``--quick`` (3 rounds, shorter do_bench and profiles; ``--rounds`` sets their number) fits
+one device call: 44 s on an H200 for the default sizes with ``--what-if`` (commit 67cd0fa; the
+kernels' compiles included, vLLM's import not). ``--smoke`` runs the whole flow on CPU with tiny heads, B = 2, our
 kernels in Triton's interpreter and the goldens standing in for vLLM's kernels (named so in
 the report); it measures nothing and exists so that a test catches a broken script.
 """
@@ -55,6 +55,7 @@ the report); it measures nothing and exists so that a test catches a broken scri
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -570,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         "--what-if", action="store_true", help="also time the what-if kernel (module docstring)"
     )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    parser.add_argument("--rounds", type=int, help="rounds (default: 7, --quick 3)")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
     args = parser.parse_args(argv)
     if args.table is not None:
@@ -595,6 +597,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_decode: vLLM's kernels are not available: {error}", file=sys.stderr)
             return 2
         settings = QUICK if args.quick else FULL
+        if args.rounds is not None:
+            if args.rounds < 1:
+                parser.error("--rounds must be at least 1")
+            settings = dataclasses.replace(settings, rounds=args.rounds)
         clock, dims, default_batches = GpuClock(settings), QWEN3_NEXT_DIMS, BATCH_SIZES
     batches = (
         tuple(int(b) for b in args.batch_sizes.split(",")) if args.batch_sizes else default_batches

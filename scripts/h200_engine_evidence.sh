@@ -16,7 +16,8 @@
 #                 caching) per model, one process per model and arm, in parallel
 #   bench         the engine benchmark with its kernel-time profile (alone on the GPU)
 #   golden-bench  mode golden against mode route in the engine benchmark: the decode-heavy
-#                 workload, inter-token latency and throughput, 9 rounds (alone on the GPU;
+#                 workload (1536 new tokens, rounds of ~9 s per arm) and inter-token latency,
+#                 9 rounds (alone on the GPU;
 #                 copy $OUT/bench_engine_golden.json to docs/evidence/)
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
@@ -84,7 +85,7 @@ case $stage in
     ;;
   golden-bench)
     job bench_engine_golden python scripts/bench_engine.py --arms route,golden \
-      --workloads decode,itl,throughput --rounds 9 --start-timeout 300 \
+      --workloads decode,itl --decode-new-tokens 1536 --rounds 9 --start-timeout 300 \
       --out "$out/bench_engine_golden.json"
     ;;
   shadow)

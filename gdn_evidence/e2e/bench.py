@@ -20,8 +20,8 @@ Workloads, per arm and round:
 * ``prefill``: the same prompts, 1 new token: the prefill share of ``throughput``.
 * ``itl``: 32 prompts of 64 tokens; inter-token latency = (time for 257 new tokens - time
   for 1) / 256, decode-only steps at batch 32.
-* ``decode`` (decode-heavy): 128 prompts of 64 tokens, 512 new tokens each, all at once;
-  output tokens per second.
+* ``decode`` (decode-heavy): 128 prompts of 64 tokens, 512 new tokens each
+  (``--decode-new-tokens``), all at once; output tokens per second.
 
 ``--workloads`` picks them (default ``throughput,prefill,itl``); a ratio or target whose
 workload did not run is left out. ``spread`` in ``ratio_spread`` is a round ratio's range over
@@ -84,6 +84,7 @@ ITL_PROMPTS = 32
 ITL_NEW_TOKENS = 256
 DECODE_PROMPTS = 128
 DECODE_NEW_TOKENS = 512
+MAX_DECODE_NEW_TOKENS = 1792  # with the prompt's tokens, within max_model_len (2048)
 
 
 def throughput_prompts() -> list[str]:
@@ -137,7 +138,7 @@ def serve(spec: dict[str, Any]) -> None:
     short_prompts = [words(64, start=7 * i) for i in range(ITL_PROMPTS // scale)]
     decode_prompts = [words(64, start=11 * i) for i in range(DECODE_PROMPTS // scale)]
     new_tokens, itl_tokens = THROUGHPUT_NEW_TOKENS // scale, ITL_NEW_TOKENS // scale
-    decode_tokens = DECODE_NEW_TOKENS // scale
+    decode_tokens = spec.get("decode_new_tokens", DECODE_NEW_TOKENS) // scale
 
     def timed(prompts: list[str], new_tokens: int) -> tuple[float, int]:
         params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
@@ -487,6 +488,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(DEFAULT_WORKLOADS),
         help=f"comma-separated, of {', '.join(WORKLOADS)}",
     )
+    parser.add_argument(
+        "--decode-new-tokens",
+        type=int,
+        default=DECODE_NEW_TOKENS,
+        help=f"new tokens per prompt of the decode workload (1 to {MAX_DECODE_NEW_TOKENS}; "
+        "longer rounds average more of the machine's jitter)",
+    )
     parser.add_argument("--eager", action="store_true", help="enforce_eager (no CUDA graphs)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     add_engine_arguments(parser, gpu_memory_utilization=0.25, kv_cache_gib=8.0)
@@ -543,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--arms: {', '.join(unknown) or 'empty'}; valid: {', '.join(ARMS)}")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if not 1 <= args.decode_new_tokens <= MAX_DECODE_NEW_TOKENS:
+        parser.error(f"--decode-new-tokens must be 1 to {MAX_DECODE_NEW_TOKENS}")
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown or not workloads:
@@ -572,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         "prefill_backend": args.prefill_backend or None,
         "profile_root": str(work / "profile") if args.profile else None,
         "workloads": workloads,
+        "decode_new_tokens": args.decode_new_tokens,
     }
     info = provenance.provenance(
         script="scripts/bench_engine.py",
@@ -580,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         workloads={
             "throughput": [THROUGHPUT_PROMPTS, THROUGHPUT_NEW_TOKENS],
             "itl": [ITL_PROMPTS, ITL_NEW_TOKENS],
-            "decode": [DECODE_PROMPTS, DECODE_NEW_TOKENS],
+            "decode": [DECODE_PROMPTS, args.decode_new_tokens],
         },
         engine=spec,
         vllm_cache_root=os.environ.get("VLLM_CACHE_ROOT"),
