@@ -47,9 +47,10 @@ time over each. Not with an fp32 state, where that kernel spills under Triton 3.
 
 ``--quick`` (3 rounds, shorter do_bench and profiles; ``--rounds`` sets their number) fits
 one device call: 44 s on an H200 for the default sizes with ``--what-if`` (commit 67cd0fa; the
-kernels' compiles included, vLLM's import not). ``--smoke`` runs the whole flow on CPU with tiny heads, B = 2, our
-kernels in Triton's interpreter and the goldens standing in for vLLM's kernels (named so in
-the report); it measures nothing and exists so that a test catches a broken script.
+kernels' compiles included, vLLM's import not). ``--smoke`` runs the whole flow on CPU with
+tiny heads, B = 2, our kernels in Triton's interpreter and the goldens standing in for vLLM's
+kernels (named so in the report); it measures nothing and exists so that a test catches a
+broken script.
 """
 
 from __future__ import annotations
