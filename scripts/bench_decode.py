@@ -38,7 +38,9 @@ at least as fast): ``speed_vs_vllm`` (do_bench), ``speed_vs_vllm_wall``,
 launch's (``ours_api`` vs ``ours``): within the bound when the API takes at most 1.25x the
 launch's wall time at B >= 64 and at most 50 µs more below. ``summary`` lists the cases below
 1.0 and the API bound's misses. ``--sweep`` also times other launch shapes of the recurrent
-kernel (RecurrentConfig: rows per program, warps, lanes along K) from B=64 up, fastest first.
+kernel (RecurrentConfig: rows per program, warps, lanes along K), ``--sweep conv`` (or
+``recurrent,conv``) of the conv kernel (ConvConfig: channels per program, warps), from B=64 up,
+fastest first.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
 no golden has its bits) at the default launch shape: ``what_if`` holds its medians and vLLM's
@@ -288,7 +290,7 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
             validate_data=False,
         )
 
-    def ours():
+    def ours(config=config):
         conv_kernel.launch_conv(
             x["x"], ours_state, x["weight"], x["state_indices"], None, dims, config
         )
@@ -296,7 +298,7 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     def ours_api():
         conv_update(x["x"], api_state, x["weight"], x["state_indices"])
 
-    return {"vllm": vllm, "ours": ours, "ours_api": ours_api}
+    return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_dims": dims, "_config": config}
 
 
 def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
@@ -447,9 +449,20 @@ def sweep_configs(dims, state_dtype: torch.dtype) -> list:
     return configs
 
 
-def sweep_recurrent(arms: dict, state_dtype: torch.dtype, clock: GpuClock) -> list[dict]:
+def conv_sweep_configs() -> list:
+    """Other launch shapes of the conv kernel: channels per program and warps."""
+    return [
+        conv_kernel.ConvConfig(block_d, num_warps)
+        for block_d in (128, 256, 512, 1024)
+        for num_warps in (1, 2, 4, 8)
+        if 32 * num_warps <= block_d
+    ]
+
+
+def sweep_launch_shapes(arms: dict, configs: list, clock: GpuClock) -> list[dict]:
+    """``arms["ours"]`` at each of ``configs``: median of three do_bench times, fastest first."""
     rows = []
-    for config in sweep_configs(arms["_dims"], state_dtype):
+    for config in configs:
         us = statistics.median(clock.bench_us(lambda c=config: arms["ours"](c)) for _ in range(3))
         rows.append({"config": config.__dict__, "us": round(us, 2)})
     return sorted(rows, key=lambda r: r["us"])
@@ -567,7 +580,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", type=Path, help="print the results table of this JSON file")
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: all)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + str(OPS))
-    parser.add_argument("--sweep", action="store_true", help="also time other launch shapes")
+    parser.add_argument(
+        "--sweep",
+        nargs="?",
+        const="recurrent",
+        default="",
+        help="also time other launch shapes of these ops (recurrent, conv; default recurrent)",
+    )
     parser.add_argument(
         "--what-if", action="store_true", help="also time the what-if kernel (module docstring)"
     )
@@ -583,6 +602,9 @@ def main(argv: list[str] | None = None) -> int:
     ops = tuple(args.ops.split(","))
     if set(ops) - set(OPS):
         parser.error(f"--ops takes {OPS}")
+    sweep_ops = set(filter(None, args.sweep.split(",")))
+    if sweep_ops - {"recurrent", "conv"}:
+        parser.error("--sweep takes recurrent and conv")
     if args.smoke:
         if not recurrent_kernel.INTERPRETED:
             reexec_interpreted(sys.argv[1:] if argv is None else argv)
@@ -627,10 +649,15 @@ def main(argv: list[str] | None = None) -> int:
                     num_bytes = recurrent_bytes(x) + conv_bytes(x, x["step_conv_state"])
                 result = time_arms(arms, batch, num_bytes, clock, settings, peak_copy)
                 case = {"op": op, "batch": batch, "state_dtype": dtype_name, **result}
+                if op in sweep_ops and batch >= SWEEP_FROM_BATCH and clock.timed:
+                    configs = (
+                        sweep_configs(arms["_dims"], state_dtype)
+                        if op == "recurrent"
+                        else conv_sweep_configs()
+                    )
+                    case["sweep"] = sweep_launch_shapes(arms, configs, clock)
                 if op == "recurrent":
                     case["config"] = arms["_config"].__dict__
-                    if args.sweep and batch >= SWEEP_FROM_BATCH and clock.timed:
-                        case["sweep"] = sweep_recurrent(arms, state_dtype, clock)
                     if args.what_if and state_dtype == torch.bfloat16:
                         case["what_if"] = time_what_if(arms, x, result["us"]["vllm"], clock)
                 cases.append(case)
