@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from vllm_gdn_invariant.kernels import codegen
+from vllm_gdn_invariant.kernels.conv import conv_config
 from vllm_gdn_invariant.kernels.replay import ReplayConfig, ReplayDims
 from vllm_gdn_invariant.kernels.validation import ConvDims, RecurrentDims
 
@@ -42,7 +43,9 @@ def test_conv_kernel_for_sm90_has_no_contraction(dim_first):
     dims = ConvDims(64, 8192, 4, dim_first, True)
     report = codegen.report_of(codegen.compile_conv(dims, cache_dtype=torch.bfloat16))
     assert report.clean, report
-    assert report.ptx_div_rn == 2  # the SiLU division of each of the 2 channels a thread holds
+    config = conv_config(dims, interpreted=False)
+    channels_per_thread = config.block_d // (32 * config.num_warps)
+    assert report.ptx_div_rn == channels_per_thread  # the SiLU division of each channel
 
 
 def test_the_check_fails_a_kernel_compiled_with_contraction():
