@@ -116,12 +116,11 @@ class ConvConfig:
 
 @functools.lru_cache(maxsize=CONFIGS)
 def conv_config(dims: ConvDims, interpreted: bool = INTERPRETED) -> ConvConfig:
-    """128 channels over 4 warps per program, one channel per thread (the fastest shape of
-    ``bench_decode.py --sweep conv`` on the H200, docs/kernels.md); the whole row (up to 4096
+    """256 channels over 4 warps per program (vLLM's BLOCK_N); the whole row (up to 4096
     channels) under the interpreter, which only makes its Python loop shorter."""
     if interpreted:
         return ConvConfig(block_d=min(next_power_of_2(dims.dim), 4096), num_warps=4)
-    return ConvConfig(block_d=128, num_warps=4)
+    return ConvConfig(block_d=256, num_warps=4)
 
 
 def kernel_arguments(
