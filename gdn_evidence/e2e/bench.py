@@ -25,7 +25,9 @@ Workloads, per arm and round:
 
 ``--workloads`` picks them (default ``throughput,prefill,itl``); a ratio or target whose
 workload did not run is left out. ``spread`` in ``ratio_spread`` is a round ratio's range over
-its median, ``(max - min) / median``, reported with the rounds' count.
+its median, ``(max - min) / median``, reported with the rounds' count. ``--pin-cpus`` runs each
+engine's processes on a disjoint share of the CPUs (``pinned_cpus`` in the provenance's engine
+spec).
 
 With ``--profile``, after the rounds each arm runs ``throughput`` once more under vLLM's torch
 profiler, and the report gives its device time by kernel category (``e2e/kernel_profile.py``)
@@ -40,6 +42,7 @@ time goes to the same kernels as the full model's GDN layers.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import operator
@@ -207,10 +210,36 @@ def arm_env(arm: str, spec: dict[str, Any], site: Path) -> dict[str, str]:
     return env
 
 
+def cpu_sets(available: set[int], count: int) -> list[list[int]]:
+    """``available`` split into ``count`` disjoint sets of consecutive CPUs, as even as they
+    go (the first ones one CPU larger); one engine's processes each."""
+    cpus = sorted(available)
+    if count < 1 or len(cpus) < count:
+        raise ValueError(f"{len(cpus)} CPUs cannot give {count} engines one CPU each")
+    size, extra = divmod(len(cpus), count)
+    sets, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        sets.append(cpus[start:end])
+        start = end
+    return sets
+
+
+def pin_to(cpus: list[int] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that runs the child (and every process it starts) on ``cpus``; None
+    for no pinning."""
+    if cpus is None:
+        return None
+    return functools.partial(os.sched_setaffinity, 0, cpus)
+
+
 class Engine:
     """One arm's engine process and its protocol lines."""
 
-    def __init__(self, arm: str, spec: dict[str, Any], site: Path, log: Path) -> None:
+    def __init__(
+        self, arm: str, spec: dict[str, Any], site: Path, log: Path, cpus: list[int] | None = None
+    ) -> None:
+        """``cpus``: the CPUs the engine's processes run on (all of them inherit it)."""
         self.arm = arm
         env = arm_env(arm, spec, site)
         self.log = log.open("w")
@@ -227,6 +256,7 @@ class Engine:
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,
+            preexec_fn=pin_to(cpus),
         )
         self.lines: list[tuple[str, dict[str, Any]]] = []
         self.cond = threading.Condition()
@@ -504,6 +534,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="concurrent",
         help="start the engines together (compiles overlap) or one after another",
     )
+    parser.add_argument(
+        "--pin-cpus",
+        action="store_true",
+        help="run each engine's processes on its own share of this process's CPUs (disjoint "
+        "sets, os.sched_setaffinity), so that no engine's host work lands on another's CPUs",
+    )
     parser.add_argument("--start-timeout", type=float, default=420.0)
     parser.add_argument("--op-timeout", type=float, default=120.0)
     parser.add_argument(
@@ -567,6 +603,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
+    pinned: dict[str, list[int]] = {}
+    if args.pin_cpus:
+        try:
+            pinned = dict(zip(arms, cpu_sets(os.sched_getaffinity(0), len(arms)), strict=True))
+        except ValueError as exc:
+            parser.error(f"--pin-cpus: {exc}")
     work = Path(tempfile.mkdtemp(prefix="gdn_bench_"))
     site = plugin_site(work / "plugin-site")
     model_dir = write_tiny_model(work / "model", **model)
@@ -583,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
         "profile_root": str(work / "profile") if args.profile else None,
         "workloads": workloads,
         "decode_new_tokens": args.decode_new_tokens,
+        "pinned_cpus": pinned or None,
     }
     info = provenance.provenance(
         script="scripts/bench_engine.py",
@@ -604,7 +647,8 @@ def main(argv: list[str] | None = None) -> int:
     engines: dict[str, Engine] = {}
     try:
         for arm in arms:
-            engines[arm] = Engine(arm, spec, site, work / f"{arm}.log")
+            cpus = pinned.get(arm)
+            engines[arm] = Engine(arm, spec, site, work / f"{arm}.log", cpus)
             if args.start == "sequential":
                 kind, payload = engines[arm].wait_for({"READY"}, args.start_timeout)
                 report["engines"][arm] = {"status": kind, **payload}

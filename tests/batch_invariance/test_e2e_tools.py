@@ -441,3 +441,26 @@ def test_resummarize_refuses_a_dirty_checkout_before_writing(tmp_path, monkeypat
         bench.main(["--resummarize", str(path)])
     assert info.value.code == 2 and "dirty" in capsys.readouterr().err
     assert path.read_bytes() == before
+
+
+def test_pinned_engines_get_disjoint_cpu_sets_covering_the_cpus():
+    sets = bench.cpu_sets({0, 1, 2, 3, 4, 5, 6, 7, 9}, 2)
+    assert sets == [[0, 1, 2, 3, 4], [5, 6, 7, 9]]
+    assert bench.cpu_sets({3}, 1) == [[3]]
+    with pytest.raises(ValueError, match="1 CPUs cannot give 2 engines"):
+        bench.cpu_sets({0}, 2)
+
+
+def test_a_pinned_engine_process_runs_on_its_cpus_only():
+    """The affinity reaches the engine's process (and so the processes it starts)."""
+    cpus = sorted(os.sched_getaffinity(0))[-1:]
+    command = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"]
+    assert bench.pin_to(None) is None
+    probe = subprocess.run(
+        command,
+        preexec_fn=bench.pin_to(cpus),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert probe.stdout.strip() == str(cpus)
