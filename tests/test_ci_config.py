@@ -78,3 +78,9 @@ def test_the_suite_loads_without_pytest_xdist():
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_ci_lints_and_checks_the_format():
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ".venv/bin/ruff check ." in lines
+    assert ".venv/bin/ruff format --check ." in lines
