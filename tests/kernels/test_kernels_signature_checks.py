@@ -233,3 +233,13 @@ def test_a_cache_with_lossy_keys_answers_the_scenarios_wrongly(kernels, monkeypa
         kept = after_a_kept_verdict(kernels, scenario)
         assert kept == ("dims", outcome(kernels, SCENARIOS[scenario][0])[1])  # the kept answer
         assert kept != with_empty_cache(kernels, scenario)
+
+
+def test_a_numpy_zero_scale_keeps_its_sign(kernels, fresh):
+    """np.float32 is a real number but no float: -0.0 and 0.0 of it are equal, hash alike, and
+    give scales of other signs."""
+    np = pytest.importorskip("numpy")
+    first = validate(kernels, recurrent_call(scale=np.float32(0.0)))
+    second = validate(kernels, recurrent_call(scale=np.float32(-0.0)))
+    assert math.copysign(1.0, first.scale) == 1.0
+    assert math.copysign(1.0, second.scale) == -1.0

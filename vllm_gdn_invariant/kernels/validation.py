@@ -25,6 +25,7 @@ Nothing is written before all checks pass.
 import math
 import weakref
 from collections.abc import Callable
+from numbers import Integral, Real
 
 import torch
 from torch import Tensor
@@ -157,10 +158,15 @@ SIGNATURE_VERDICTS = 1024  # argument signatures whose verdict is kept
 
 def signature(value: object) -> tuple:
     """What the metadata checks read of one argument: a tensor's type, dtype, shape and device;
-    another value's type and value, and a float's sign (-0.0 and 0.0 are one key otherwise)."""
+    another value's type and value, and a non-integral real's sign (-0.0 and 0.0 are one key
+    otherwise, numpy's included)."""
     if isinstance(value, Tensor):
         return (type(value), value.dtype, value.shape, value.device)
     if isinstance(value, float):
+        return (type(value), value, math.copysign(1.0, value))
+    if value is None or isinstance(value, (int, str)):  # no signed zero
+        return (type(value), value)
+    if isinstance(value, Real) and not isinstance(value, Integral):
         return (type(value), value, math.copysign(1.0, value))
     return (type(value), value)
 
