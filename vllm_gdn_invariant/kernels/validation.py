@@ -207,8 +207,8 @@ class CheckedSignatures:
         if kept is not None:
             return kept
         verdict = check()
-        if len(self.verdicts) >= self.capacity:
-            self.verdicts.pop(next(iter(self.verdicts)))
+        if len(self.verdicts) >= self.capacity:  # another thread may drop or clear them too
+            self.verdicts.pop(next(iter(self.verdicts), None), None)
         self.verdicts[key] = verdict
         return verdict
 
