@@ -298,7 +298,7 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     def ours_api():
         conv_update(x["x"], api_state, x["weight"], x["state_indices"])
 
-    return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_dims": dims, "_config": config}
+    return {"vllm": vllm, "ours": ours, "ours_api": ours_api}
 
 
 def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
