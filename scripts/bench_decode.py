@@ -37,10 +37,11 @@ at least as fast): ``speed_vs_vllm`` (do_bench), ``speed_vs_vllm_wall``,
 ``speed_vs_vllm_device``. ``api_bound`` compares the public functions' wall time with their
 launch's (``ours_api`` vs ``ours``): within the bound when the API takes at most 1.25x the
 launch's wall time at B >= 64 and at most 50 µs more below. ``summary`` lists the cases below
-1.0 and the API bound's misses. ``--sweep`` also times other launch shapes of the recurrent
-kernel (RecurrentConfig: rows per program, warps, lanes along K), ``--sweep conv`` (or
-``recurrent,conv``) of the conv kernel (ConvConfig: channels per program, warps), from B=64 up,
-fastest first.
+1.0 and the API bound's misses. ``--sweep`` also times the default and other launch shapes of
+the recurrent kernel (``gdn_evidence/harness/launch_shapes.py``: splits of K, warps, value rows
+per thread, blocks of value rows per program), ``--sweep conv`` (or ``recurrent,conv``) of the
+conv kernel (channels per program, warps), from B = ``--sweep-from`` (default 64) up, fastest
+first, each with vLLM's time over it; ``--sweep-table`` prints them.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
 no golden has its bits) at the default launch shape: ``what_if`` holds its medians and vLLM's
@@ -71,6 +72,7 @@ from pathlib import Path
 import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 
+from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
 from gdn_evidence.harness.profiling import kernel_time
@@ -92,6 +94,7 @@ OPS = ("recurrent", "conv", "decode_step")
 ARMS = ("vllm", "ours", "ours_api")
 PEAK_COPY_BYTES = 1 << 30
 SWEEP_FROM_BATCH = 64
+STATE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}
 API_RATIO_BOUND = 1.25  # API wall time over the launch's, from API_LARGE_BATCH rows
 API_EXCESS_BOUND_US = 50.0  # API wall time minus the launch's, below API_LARGE_BATCH rows
 API_LARGE_BATCH = 64
@@ -298,7 +301,7 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     def ours_api():
         conv_update(x["x"], api_state, x["weight"], x["state_indices"])
 
-    return {"vllm": vllm, "ours": ours, "ours_api": ours_api}
+    return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_config": config}
 
 
 def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
@@ -427,44 +430,21 @@ def time_arms(
     }
 
 
-def sweep_configs(dims, state_dtype: torch.dtype) -> list:
-    """Other launch shapes of the recurrent kernel: block rows, warps and lanes along K."""
-    default = recurrent_kernel.recurrent_config(dims, state_dtype)
-    width = default.log2_j + default.log2_cl + default.log2_vec
-    configs = []
-    for log2_cl in sorted({default.log2_cl - 1, default.log2_cl, default.log2_cl + 1}):
-        log2_j = width - log2_cl - default.log2_vec
-        if log2_cl < 0 or log2_j < 0:
-            continue
-        rows_per_warp = 32 >> log2_cl
-        for block_v in (32, 64, 128):
-            for num_warps in (2, 4, 8):
-                if rows_per_warp * num_warps > block_v or block_v > dims.head_v:
-                    continue
-                configs.append(
-                    recurrent_kernel.RecurrentConfig(
-                        block_v, log2_j, log2_cl, default.log2_vec, num_warps
-                    )
-                )
-    return configs
-
-
-def conv_sweep_configs() -> list:
-    """Other launch shapes of the conv kernel: channels per program and warps."""
-    return [
-        conv_kernel.ConvConfig(block_d, num_warps)
-        for block_d in (128, 256, 512, 1024)
-        for num_warps in (1, 2, 4, 8)
-        if 32 * num_warps <= block_d
-    ]
-
-
-def sweep_launch_shapes(arms: dict, configs: list, clock: GpuClock) -> list[dict]:
-    """``arms["ours"]`` at each of ``configs``: median of three do_bench times, fastest first."""
+def sweep_launch_shapes(arms: dict, configs: list, vllm_us: float, clock: GpuClock) -> list[dict]:
+    """``arms["ours"]`` at its default launch shape and at each of ``configs``: median of three
+    do_bench times, fastest first, each with ``vllm_us`` (the case's vLLM median) over it."""
     rows = []
-    for config in configs:
+    default = arms["_config"]
+    for config in [default, *(c for c in configs if c != default)]:
         us = statistics.median(clock.bench_us(lambda c=config: arms["ours"](c)) for _ in range(3))
-        rows.append({"config": config.__dict__, "us": round(us, 2)})
+        rows.append(
+            {
+                "config": config.__dict__,
+                "default": config == default,
+                "us": round(us, 2),
+                "speed_vs_vllm": ratio(vllm_us, us),
+            }
+        )
     return sorted(rows, key=lambda r: r["us"])
 
 
@@ -540,7 +520,6 @@ def results_table(report: dict) -> str:
     """The Markdown table of a report: per case the three ratios (vLLM's time / ours), the
     public functions' wall time over the launch's and the bound, and the what-if kernel's
     ratios where it ran."""
-    state = {"float32": "fp32", "bfloat16": "bf16"}
     lines = [
         "| op | state | B | vLLM (µs) | ours (µs) | vLLM/ours | wall | device "
         "| API / launch | API bound | what-if | what-if FMA |",
@@ -551,7 +530,7 @@ def results_table(report: dict) -> str:
         device = c["speed_vs_vllm_device"]
         cells = [
             c["op"],
-            state[c["state_dtype"]],
+            STATE_NAMES[c["state_dtype"]],
             str(c["batch"]),
             f"{c['us']['vllm']:.1f}",
             f"{c['us']['ours']:.1f}",
@@ -567,6 +546,28 @@ def results_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def sweep_table(report: dict) -> str:
+    """Markdown table of a report's sweeps: per case the default launch shape and the fastest
+    one, each with vLLM's time over it."""
+    lines = [
+        "| op | state | B | vLLM (µs) | default (µs) | vLLM/default | fastest (µs) | vLLM/fastest "
+        "| fastest shape |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in report["cases"]:
+        if "sweep" not in c:
+            continue
+        default = next(r for r in c["sweep"] if r["default"])
+        best = c["sweep"][0]
+        shape = ", ".join(f"{k}={v}" for k, v in best["config"].items())
+        lines.append(
+            f"| {c['op']} | {STATE_NAMES[c['state_dtype']]} | {c['batch']} | {c['us']['vllm']} "
+            f"| {default['us']} | {default['speed_vs_vllm']:.3f} | {best['us']} "
+            f"| {best['speed_vs_vllm']:.3f} | {shape} |"
+        )
+    return "\n".join(lines)
+
+
 def reexec_interpreted(argv: list[str]) -> None:
     """--smoke runs our kernels in Triton's interpreter, which must be chosen before the kernels
     are imported: run this script again with TRITON_INTERPRET=1."""
@@ -578,6 +579,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="JSON file to write")
     parser.add_argument("--table", type=Path, help="print the results table of this JSON file")
+    parser.add_argument(
+        "--sweep-table", type=Path, help="print the launch-shape sweep of this JSON file"
+    )
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: all)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + str(OPS))
     parser.add_argument(
@@ -588,6 +592,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also time other launch shapes of these ops (recurrent, conv; default recurrent)",
     )
     parser.add_argument(
+        "--sweep-from",
+        type=int,
+        default=SWEEP_FROM_BATCH,
+        help=f"smallest batch size the sweep times (default {SWEEP_FROM_BATCH})",
+    )
+    parser.add_argument(
         "--what-if", action="store_true", help="also time the what-if kernel (module docstring)"
     )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
@@ -596,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.table is not None:
         print(results_table(json.loads(args.table.read_text())))
+        return 0
+    if args.sweep_table is not None:
+        print(sweep_table(json.loads(args.sweep_table.read_text())))
         return 0
     if args.out is None:
         parser.error("--out is required (or --table)")
@@ -649,13 +662,13 @@ def main(argv: list[str] | None = None) -> int:
                     num_bytes = recurrent_bytes(x) + conv_bytes(x, x["step_conv_state"])
                 result = time_arms(arms, batch, num_bytes, clock, settings, peak_copy)
                 case = {"op": op, "batch": batch, "state_dtype": dtype_name, **result}
-                if op in sweep_ops and batch >= SWEEP_FROM_BATCH and clock.timed:
+                if op in sweep_ops and batch >= args.sweep_from:
                     configs = (
-                        sweep_configs(arms["_dims"], state_dtype)
+                        launch_shapes.recurrent_candidates(arms["_dims"], state_dtype)
                         if op == "recurrent"
-                        else conv_sweep_configs()
+                        else launch_shapes.conv_candidates()
                     )
-                    case["sweep"] = sweep_launch_shapes(arms, configs, clock)
+                    case["sweep"] = sweep_launch_shapes(arms, configs, result["us"]["vllm"], clock)
                 if op == "recurrent":
                     case["config"] = arms["_config"].__dict__
                     if args.what_if and state_dtype == torch.bfloat16:

@@ -7,13 +7,15 @@ without bias and SiLU, both cache layouts; inactive rows (0 and -1) mixed in fro
 K and V, other dtypes and strided inputs. Inputs are generated on the GPU, and the golden runs
 on the same CUDA tensors (its CUDA bits are its CPU bits: test_golden_device_bitwise.py). The
 kernel updates a copy of the state in place; ``out`` and the whole state are compared with the
-golden's on bit views. The last tests run codegen's contraction check on the kernels that these
-launches compiled, with the Triton installed here.
+golden's on bit views. Then every launch shape the bench's sweep times
+(gdn_evidence/harness/launch_shapes.py). The last tests run codegen's contraction check on
+the kernels that these launches compiled, with the Triton installed here.
 """
 
 import pytest
 import torch
 
+from gdn_evidence.harness.launch_shapes import conv_candidates, recurrent_candidates
 from gdn_evidence.harness.layer import LayerDims
 from vllm_gdn_invariant.golden import conv_update as golden_conv_update
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
@@ -141,6 +143,27 @@ def test_recurrent_kernel_with_strided_inputs_gives_the_goldens_bits():
     assert same_bits(buffer[..., 48:], before[..., 48:])
 
 
+@pytest.mark.parametrize("state", list(STATE_DTYPES))
+@pytest.mark.parametrize("batch", [7, 64])
+def test_recurrent_launch_shapes_of_the_sweep_give_the_goldens_bits(batch, state):
+    """Every launch shape ``bench_decode.py --sweep`` times, compiled, with Qwen3-Next's heads
+    at TP1 and inactive rows mixed in; the contraction check on each compiled kernel."""
+    args, kwargs = recurrent_inputs(batch, 16, 32, 128, 128, STATE_DTYPES[state], seed=batch + 9)
+    golden_out, golden_state = golden_recurrent_step(*args, **kwargs)
+    checked = check_recurrent_args(*args, **kwargs, interpreted=False)
+    candidates = recurrent_candidates(checked, STATE_DTYPES[state])
+    assert any(c.chunks > 1 for c in candidates)
+    for config in candidates:
+        state_copy = args[5].clone()
+        out, compiled = launch_recurrent(*args[:5], state_copy, args[6], checked, config)
+        torch.cuda.synchronize()
+        assert same_bits(out, golden_out), f"{config}: out"
+        assert same_bits(state_copy, golden_state), f"{config}: state"
+        if batch == 64:
+            report = codegen.report_of(compiled)
+            assert report.clean, (config, report)
+
+
 def conv_inputs(batch, dim, cache_dtype, dim_first, with_bias, *, x_dtype=torch.bfloat16, seed=0):
     g = generator(seed)
     num_blocks = batch + 4
@@ -174,6 +197,24 @@ def test_conv_kernel_gives_the_goldens_bits(layout, cache, with_bias, activation
             out = conv_update(args[0], state, args[2], args[3], **kwargs)
             assert same_bits(out, golden_out), f"B={batch} {x_dtype}: out"
             assert same_bits(state, golden_state), f"B={batch} {x_dtype}: state"
+
+
+@pytest.mark.parametrize("dim_first", [True, False], ids=["dim_first", "token_first"])
+def test_conv_launch_shapes_of_the_sweep_give_the_goldens_bits(dim_first):
+    """Every launch shape ``bench_decode.py --sweep conv`` times, compiled (TP1 conv dim, B =
+    64 with inactive rows, bf16 and fp32 caches, bias and SiLU)."""
+    dim = LAYOUTS["tp1"].conv_dim
+    for cache_dtype in (torch.bfloat16, torch.float32):
+        args, bias = conv_inputs(64, dim, cache_dtype, dim_first, True, seed=11)
+        kwargs = {"bias": bias, "activation": "silu", "dim_first": dim_first}
+        golden_out, golden_state = golden_conv_update(*args, **kwargs)
+        checked = check_conv_args(*args, **kwargs, interpreted=False)
+        for config in conv_candidates():
+            state = args[1].clone()
+            out, _ = launch_conv(args[0], state, args[2], args[3], bias, checked, config)
+            torch.cuda.synchronize()
+            assert same_bits(out, golden_out), f"{cache_dtype} {config}: out"
+            assert same_bits(state, golden_state), f"{cache_dtype} {config}: state"
 
 
 @pytest.mark.parametrize("state", list(STATE_DTYPES))

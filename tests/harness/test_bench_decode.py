@@ -126,3 +126,32 @@ def test_without_cuda_a_real_run_exits_with_status_2_and_writes_nothing(tmp_path
     assert result.returncode == 2, result.stderr
     assert "CUDA is not available" in result.stderr
     assert not target.exists()
+
+
+def test_smoke_sweep_times_the_default_and_the_candidates_fastest_first(tmp_path, bench):
+    target = tmp_path / "sweep.json"
+    result = run(
+        "--smoke", "--ops", "recurrent", "--sweep", "recurrent", "--sweep-from", "1",
+        "--out", str(target),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(target.read_text())
+    for case in report["cases"]:
+        sweep = case["sweep"]
+        assert [row["default"] for row in sweep].count(True) == 1
+        assert next(r for r in sweep if r["default"])["config"] == case["config"]
+        assert [r["us"] for r in sweep] == sorted(r["us"] for r in sweep)
+        for row in sweep:
+            assert row["speed_vs_vllm"] == bench.ratio(case["us"]["vllm"], row["us"])
+    fp32 = next(c for c in report["cases"] if c["state_dtype"] == "float32")
+    assert len(fp32["sweep"]) > 1  # a candidate beside the default
+    table = run("--sweep-table", str(target))
+    assert table.returncode == 0, table.stderr
+    assert len(table.stdout.strip().splitlines()) == 2 + len(report["cases"])
+
+
+def test_without_a_sweep_from_argument_the_sweep_starts_at_64_rows(tmp_path):
+    target = tmp_path / "sweep.json"
+    result = run("--smoke", "--ops", "recurrent", "--sweep", "--out", str(target))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert all("sweep" not in c for c in json.loads(target.read_text())["cases"])  # B = 2

@@ -5,14 +5,20 @@ kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+import torch
+
+from vllm_gdn_invariant.kernels import codegen, recurrent
+from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
@@ -113,7 +119,11 @@ LOOSE = [  # cells of the current run the doc calls loose
 ]
 
 
-CHANGED_SINCE_THE_GPU_RUN = {"vllm_gdn_invariant/kernels/validation.py"}  # each named in the doc
+CHANGED_SINCE_THE_GPU_RUN = {  # each named in the doc
+    "vllm_gdn_invariant/kernels/validation.py",
+    "vllm_gdn_invariant/kernels/recurrent.py",
+}
+RECURRENT = "vllm_gdn_invariant/kernels/recurrent.py"
 
 
 def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
@@ -138,6 +148,82 @@ def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
         pytest.skip(f"not a git checkout with {commit[:7]}: {diff.stderr.strip()}")
     changed = set(diff.stdout.split())
     assert changed == CHANGED_SINCE_THE_GPU_RUN, "the package changed since the GPU run"
+
+
+def recurrent_at(commit: str, folder: Path) -> ModuleType:
+    """``kernels/recurrent.py`` as it was at ``commit``, imported beside the current one (its
+    relative imports are the current package's)."""
+    try:
+        source = subprocess.run(
+            ["git", "show", f"{commit}:{RECURRENT}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except FileNotFoundError:
+        pytest.skip("git is not installed")
+    if source.returncode != 0:
+        pytest.skip(f"not a git checkout with {commit[:7]}: {source.stderr.strip()}")
+    path = folder / f"recurrent_at_{commit[:7]}.py"
+    path.write_text(source.stdout)
+    name = f"vllm_gdn_invariant.kernels.recurrent_at_{commit[:7]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
+    return module
+
+
+def default_sass(module: ModuleType, batch: int, state_dtype: torch.dtype, norm: bool) -> str:
+    """The disassembly of ``module``'s recurrent kernel compiled for sm_90 at its default
+    launch shape for Qwen3-Next's heads."""
+    H, HV, K, V = 16, 32, 128, 128
+    dims = RecurrentDims(batch, H, HV, K, V, K**-0.5, norm)
+    gate = codegen.meta((batch, HV), torch.bfloat16)
+    config = module.recurrent_config(dims, state_dtype, interpreted=False)
+    _, arguments, constexprs = module.kernel_arguments(
+        codegen.meta((batch, 2 * H * K + HV * V), torch.bfloat16),
+        gate,
+        gate,
+        codegen.meta((HV,), torch.float32),
+        codegen.meta((HV,), torch.float32),
+        codegen.meta((batch, 1, HV, V), torch.bfloat16),
+        codegen.meta((1024, HV, V, K), state_dtype),
+        codegen.meta((batch,), torch.int32),
+        dims,
+        config,
+    )
+    compiled = codegen.compile_kernel(
+        module.recurrent_step_kernel, arguments, constexprs, config.num_warps, 90, False
+    )
+    return codegen.sass_of(compiled.asm["cubin"])
+
+
+def test_the_changed_kernel_compiles_to_the_gpu_runs_code_at_the_default_launch_shapes(tmp_path):
+    """docs/kernels.md says recurrent.py changed since the GPU run but compiles, at its default
+    launch shapes, to the machine code the run checked and timed: the whole sm_90 disassembly
+    of both versions, fp32 and bf16 state, B = 1 and 64 (the two default shapes), QK norm on
+    and off."""
+    commit = json.loads(CURRENT.read_text())["provenance"]["git_commit"]
+    assert (
+        f"`kernels/recurrent.py` compiles at its default launch shapes to the machine code of "
+        f"{commit[:7]}" in flat_doc()
+    )
+    then = recurrent_at(commit, tmp_path)
+    for state_dtype, batch, norm in [
+        (torch.float32, 1, True),
+        (torch.float32, 64, True),
+        (torch.bfloat16, 1, True),
+        (torch.bfloat16, 64, True),
+        (torch.bfloat16, 64, False),
+    ]:
+        assert default_sass(recurrent, batch, state_dtype, norm) == default_sass(
+            then, batch, state_dtype, norm
+        ), (state_dtype, batch, norm)
 
 
 def test_the_loose_cells_are_the_machines():

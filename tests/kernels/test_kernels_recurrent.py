@@ -12,7 +12,9 @@ import dataclasses
 import pytest
 import torch
 
+from gdn_evidence.harness.launch_shapes import recurrent_candidates
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
+from vllm_gdn_invariant.kernels.validation import RecurrentDims
 from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..golden.helpers import build_recurrent_case
@@ -96,6 +98,47 @@ def test_launch_shape_changes_no_bits(kernels):
             return out
 
         assert_matches_golden(kernels, case, launch)
+
+
+@pytest.mark.parametrize(
+    "V, block_v, chunks", [(3, 1, 2), (3, 2, 2), (3, 1, 3), (17, 4, 3), (17, 2, 8), (17, 8, 2)]
+)
+def test_blocks_of_value_rows_taken_one_after_another_change_no_bits(kernels, V, block_v, chunks):
+    """A program that takes ``chunks`` blocks of value rows in turn (the next block's loads
+    before this block's arithmetic), partial blocks and blocks wholly past V among them, and
+    the zero output of inactive rows over every block."""
+    case = build_recurrent_case(3, H=1, HV=2, K=6, V=V, inactive=(1,), seed=V * 10 + chunks)
+    config = kernels.recurrent.RecurrentConfig(block_v, 1, 1, 1, num_warps=1, chunks=chunks)
+
+    def launch(*args):
+        dims = kernels.validation.check_recurrent_args(*args, **case.kwargs, interpreted=True)
+        out, _ = kernels.recurrent.launch_recurrent(*args, dims, config)
+        return out
+
+    assert_matches_golden(kernels, case, launch)
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_every_launch_shape_the_sweep_times_gives_the_goldens_bits(kernels, state_dtype):
+    """The sweep's candidates (gdn_evidence/harness/launch_shapes.py) for K = 128 and V = 64:
+    blocks of 4 to 64 value rows, up to 16 per program; an active row and an inactive one."""
+    dims = RecurrentDims(2, 1, 1, 128, 64, 128**-0.5, True)
+    case = build_recurrent_case(
+        2, H=1, HV=1, K=128, V=64, state_dtype=state_dtype, inactive=(1,), seed=5
+    )
+    golden_out, golden_state = golden_recurrent_step(*case.args(), **case.kwargs)
+    candidates = recurrent_candidates(dims, state_dtype)
+    assert any(c.chunks > 1 for c in candidates)
+    for config in candidates:
+        state = case.state.clone()
+        args = (case.mixed_qkv, case.a, case.b, case.A_log, case.dt_bias, state)
+        checked = kernels.validation.check_recurrent_args(
+            *args, case.state_indices, **case.kwargs, interpreted=True
+        )
+        interpreted = kernels.recurrent.RecurrentConfig(**config.__dict__)
+        out, _ = kernels.recurrent.launch_recurrent(*args, case.state_indices, checked, interpreted)
+        assert same_bits(out, golden_out), config
+        assert same_bits(state, golden_state), config
 
 
 def test_default_launch_shapes_on_a_gpu_cover_qwen3_next(kernels):

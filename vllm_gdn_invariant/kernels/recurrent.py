@@ -4,10 +4,12 @@ The arithmetic is the golden's, specified in the docstring of
 ``vllm_gdn_invariant.golden.recurrent`` (per row and value head: QK norm, scale, gates, decay,
 delta update, output), with the elementary functions and the fixed-order K-sum of
 ``kernels/elementary.py``. The layout is that of vLLM's
-``fused_recurrent_gated_delta_rule_packed_decode``: one program per (row, value head, block of
-``BV`` value rows), the whole K axis in registers, q | k | v read from the packed ``mixed_qkv``
-row, the state block updated in place. An inactive row (index <= 0) writes a zero output block
-and touches no state.
+``fused_recurrent_gated_delta_rule_packed_decode``: one program per (row, value head, CHUNKS
+blocks of ``BV`` value rows), the whole K axis in registers, q | k | v read from the packed
+``mixed_qkv`` row, the state updated in place block by block. A program's blocks share its q
+and k (loaded, normalized and scaled once) and gates; with more than one, the next block's
+state and v are loaded before this block's arithmetic. An inactive row (index <= 0) writes a
+zero output and touches no state.
 
 K is padded to BK = next_power_of_2(K) like the golden's sum, and a block of value rows is held
 as a tuple of J slabs [BV, C] (slab j holds k = j * C + c, BK = J * C), so that the first levels
@@ -193,6 +195,7 @@ def recurrent_step_kernel(
     V: tl.constexpr,
     BV: tl.constexpr,
     NV: tl.constexpr,
+    CHUNKS: tl.constexpr,
     LOG2_J: tl.constexpr,
     LOG2_CL: tl.constexpr,
     LOG2_VEC: tl.constexpr,
@@ -207,24 +210,29 @@ def recurrent_step_kernel(
     i_hv = i_nh % HV
     i_h = i_hv // (HV // H)
 
-    # A value-row block is BV rows x the padded width J * C = next_power_of_2(K), held as J
-    # slabs [BV, C]; slab j holds k = j * C + c.
+    # A program takes CHUNKS blocks of BV value rows, one after the other. A block is BV rows
+    # x the padded width J * C = next_power_of_2(K), held as J slabs [BV, C]; slab j holds
+    # k = j * C + c.
     o_c = tl.arange(0, C)[None, :]
-    o_v = i_v * BV + tl.arange(0, BV)
+    o_v = i_v * (CHUNKS * BV) + tl.arange(0, BV)
     mask_v = o_v < V
 
     p_out = out + i_nh * V + o_v
     block = tl.load(state_indices + i_n * stride_indices).to(tl.int64)
     if block <= 0:
-        tl.store(p_out, tl.full([BV], 0, out.dtype.element_ty), mask=mask_v)
+        for i_c in tl.static_range(CHUNKS):
+            tl.store(
+                p_out + i_c * BV,
+                tl.full([BV], 0, out.dtype.element_ty),
+                mask=o_v + i_c * BV < V,
+            )
         return
 
     row = mixed_qkv + i_n * stride_qkv_row
     q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
     k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
-    v = to_fp32(
-        tl.load(row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col, mask=mask_v, other=0.0)
-    )
+    p_v = row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col
+    v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
     p_h = (
         state
         + block * stride_state_block
@@ -232,10 +240,7 @@ def recurrent_step_kernel(
         + o_v[:, None] * stride_state_v
         + o_c * stride_state_k
     )
-    h = ()
-    for j in tl.static_range(J):
-        mask = mask_v[:, None] & (j * C + o_c < K)
-        h = h + (to_fp32(tl.load(p_h + j * C * stride_state_k, mask=mask, other=0.0)),)
+    h = load_state_block(p_h, mask_v, stride_state_k, K, C, J)
     q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
 
     a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
@@ -244,11 +249,40 @@ def recurrent_step_kernel(
     dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
     decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
 
-    h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
+    for i_c in tl.range(CHUNKS):
+        if CHUNKS > 1:  # the next block's loads go out before this block's arithmetic
+            mask_next = (o_v + BV < V) & (i_c + 1 < CHUNKS)
+            h_next = load_state_block(p_h + BV * stride_state_v, mask_next, stride_state_k, K, C, J)
+            v_next = to_fp32(tl.load(p_v + BV * stride_qkv_col, mask=mask_next, other=0.0))
+        h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
+        for j in tl.static_range(J):
+            mask = mask_v[:, None] & (j * C + o_c < K)
+            tl.store(
+                p_h + j * C * stride_state_k,
+                round_to(h[j], state.dtype.element_ty),
+                mask=mask,
+            )
+        tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
+        if CHUNKS > 1:
+            h = h_next
+            v = v_next
+            mask_v = mask_next
+            o_v += BV
+            p_h += BV * stride_state_v
+            p_v += BV * stride_qkv_col
+            p_out += BV
+
+
+@triton.jit
+def load_state_block(p_h, mask_v, stride_k, K: tl.constexpr, C: tl.constexpr, J: tl.constexpr):
+    """A block of state rows as J fp32 slabs [BV, C]: slab j from ``p_h + j * C * stride_k``
+    [BV, C], rows where ``mask_v`` [BV] holds, zeros past K and elsewhere."""
+    o_c = tl.arange(0, C)[None, :]
+    h = ()
     for j in tl.static_range(J):
         mask = mask_v[:, None] & (j * C + o_c < K)
-        tl.store(p_h + j * C * stride_state_k, round_to(h[j], state.dtype.element_ty), mask=mask)
-    tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
+        h = h + (to_fp32(tl.load(p_h + j * C * stride_k, mask=mask, other=0.0)),)
+    return h
 
 
 LAUNCH_RECURRENT = Launcher(recurrent_step_kernel, tensors=8)
@@ -264,9 +298,10 @@ CONFIGS = 1024  # (dims, state dtype) pairs whose launch shape is kept
 class RecurrentConfig:
     """Launch shape of recurrent_step_kernel; it changes the speed, never the bits.
 
-    A program holds ``block_v`` value rows as J = 2^log2_j slabs [block_v, C] of the padded K
-    (slab j holds k = j * C + c), with C = VEC * 2^log2_cl: VEC = 2^log2_vec contiguous elements
-    per thread and 2^log2_cl lanes along c.
+    A program takes ``chunks`` blocks of ``block_v`` value rows in turn and holds a block as
+    J = 2^log2_j slabs [block_v, C] of the padded K (slab j holds k = j * C + c), with
+    C = VEC * 2^log2_cl: VEC = 2^log2_vec contiguous elements per thread and 2^log2_cl lanes
+    along c.
     """
 
     block_v: int
@@ -274,6 +309,7 @@ class RecurrentConfig:
     log2_cl: int
     log2_vec: int
     num_warps: int
+    chunks: int = 1
 
 
 def log2(n: int) -> int:
@@ -324,7 +360,7 @@ def kernel_arguments(
     config: RecurrentConfig,
 ) -> tuple[tuple[int], tuple, dict]:
     """(grid, positional arguments, constexpr arguments) of recurrent_step_kernel."""
-    num_v_tiles = cdiv(dims.head_v, config.block_v)
+    num_v_tiles = cdiv(dims.head_v, config.block_v * config.chunks)
     grid = (num_v_tiles * dims.batch * dims.num_v_heads,)
     arguments = (
         mixed_qkv,
@@ -354,6 +390,7 @@ def kernel_arguments(
         "V": dims.head_v,
         "BV": config.block_v,
         "NV": num_v_tiles,
+        "CHUNKS": config.chunks,
         "LOG2_J": config.log2_j,
         "LOG2_CL": config.log2_cl,
         "LOG2_VEC": config.log2_vec,

@@ -1,0 +1,34 @@
+"""The launch shapes the sweep times and the GPU test checks: well formed and the default left
+out (their bits in Triton's interpreter: tests/kernels/test_kernels_recurrent.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gdn_evidence.harness.launch_shapes import conv_candidates, recurrent_candidates
+from vllm_gdn_invariant.kernels import recurrent as compiled_recurrent
+from vllm_gdn_invariant.kernels.validation import RecurrentDims
+
+QWEN3_NEXT = RecurrentDims(64, 16, 32, 128, 128, 128**-0.5, True)
+STATE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+@pytest.mark.parametrize("state_dtype", STATE_DTYPES, ids=["fp32", "bf16"])
+def test_recurrent_candidates_are_whole_distinct_shapes_beside_the_default(state_dtype):
+    default = compiled_recurrent.recurrent_config(QWEN3_NEXT, state_dtype, interpreted=False)
+    candidates = recurrent_candidates(QWEN3_NEXT, state_dtype)
+    assert default not in candidates
+    assert len(set(candidates)) == len(candidates)
+    for c in candidates:
+        assert c.log2_j + c.log2_cl + c.log2_vec == 7  # K = 128 held whole
+        assert c.block_v >= (32 >> c.log2_cl) * c.num_warps  # no thread holds a copy
+        assert c.block_v * c.chunks <= 128
+    one_warp_chunked = [c for c in candidates if c.num_warps == 1 and c.chunks == 16]
+    assert one_warp_chunked, "programs of one warp over all value rows of a head"
+    splits = {(c.log2_cl, c.log2_vec) for c in candidates}
+    assert len(splits) == 2
+
+
+def test_conv_candidates_fill_their_warps():
+    assert all(32 * c.num_warps <= c.block_d for c in conv_candidates())
