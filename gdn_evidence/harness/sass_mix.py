@@ -10,14 +10,19 @@ Arms, each compiled for Qwen3-Next's TP1 heads (H=16, HV=32, K=V=128) and one st
   batch size, contraction off (what mode golden launches);
 * ``ours_contracted``: the same source compiled with contraction on (ptxas fuses products into
   the adds that follow them): what the no-FMA rule costs; its bits are not the golden's;
+* ``ours_chunked``: the golden-matched kernel at ``CHUNKED``, programs of one warp that take
+  all 128 value rows of a head in 16 blocks of 8 (the q/k norms and gates once per program,
+  the next block's loads before this block's arithmetic), 32 elements of a row per thread in
+  four 16-byte vectors for a bf16 state (eight 8-byte ones);
 * ``what_if_grouped`` and ``what_if_grouped_fma``: ``what_if_kernel``'s kernel, another
   golden's reduction order (groups of 4 first) without and with FMAs (it spills with an fp32
   state under Triton 3.9.0, not under 3.6.0).
 
-A program's code is straight-line for an active row (every loop is unrolled), so the static
-count of the kernel function (ptxas's div/sqrt slow-path functions left out) is what a thread
-issues per step. "Per element" divides it by the state elements a thread holds
-(BV * K / threads per program).
+A program's code is straight-line for an active row (every loop is unrolled) but for the loop
+over a program's blocks of value rows, so the static count of the kernel function (ptxas's
+div/sqrt slow-path functions left out), plus the loop's body once more for each block after
+the first, is what a thread issues per step. "Per element" divides it by the state elements a
+thread holds over the step (BV * chunks * K / threads per program).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import ast
 import collections
 import functools
 import importlib.util
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +61,12 @@ CLASSES = {
 }
 
 
+CHUNKED = recurrent.RecurrentConfig(
+    block_v=8, log2_j=3, log2_cl=2, log2_vec=2, num_warps=1, chunks=16
+)  # for K = V = 128, either state dtype
+BRANCH_TARGET = re.compile(r"`\((\.L\w+)\)")
+
+
 @dataclass(frozen=True)
 class Arm:
     """One compiled kernel and its launch shape."""
@@ -64,6 +76,7 @@ class Arm:
     kernel_name: str
     block_v: int
     num_warps: int
+    chunks: int = 1
 
 
 def installed_vllm_source() -> Path:
@@ -165,6 +178,65 @@ def compile_ours(state_dtype: torch.dtype, batch: int, capability: int, fusion: 
     return Arm(name, compiled, "recurrent_step_kernel", config.block_v, config.num_warps)
 
 
+def compile_chunked(state_dtype: torch.dtype, batch: int, capability: int) -> Arm:
+    """The golden-matched kernel at ``CHUNKED``."""
+    H, HV, K, V = HEADS["H"], HEADS["HV"], HEADS["K"], HEADS["V"]
+    gate = codegen.meta((batch, HV), torch.bfloat16)
+    _, arguments, constexprs = recurrent.kernel_arguments(
+        codegen.meta((batch, 2 * H * K + HV * V), torch.bfloat16),
+        gate,
+        gate,
+        codegen.meta((HV,), torch.float32),
+        codegen.meta((HV,), torch.float32),
+        codegen.meta((batch, 1, HV, V), torch.bfloat16),
+        codegen.meta((1024, HV, V, K), state_dtype),
+        codegen.meta((batch,), torch.int32),
+        dims_for(batch),
+        CHUNKED,
+    )
+    compiled = codegen.compile_kernel(
+        recurrent.recurrent_step_kernel,
+        arguments,
+        constexprs,
+        CHUNKED.num_warps,
+        capability,
+        False,
+    )
+    return Arm(
+        "ours_chunked",
+        compiled,
+        "recurrent_step_kernel",
+        CHUNKED.block_v,
+        CHUNKED.num_warps,
+        CHUNKED.chunks,
+    )
+
+
+def loop_bodies(sass: str, kernel_name: str) -> list[tuple[int, int]]:
+    """The loops of ``kernel_name`` in a disassembly, as [start, end) ranges of its
+    instructions (``codegen.sass_functions``' indices): from a backward branch's target label
+    to the branch."""
+    labels: dict[str, int] = {}
+    bodies = []
+    current, count = None, 0
+    for line in sass.splitlines():
+        label = re.match(r"^([$\w.]+):\s*$", line)
+        if label:
+            if not label.group(1).startswith((".L", ".text")):
+                current = label.group(1)
+            elif current == kernel_name:
+                labels[label.group(1)] = count
+            continue
+        instruction = codegen.SASS_INSTRUCTION.search(line)
+        if instruction is None or current != kernel_name:
+            continue
+        target = BRANCH_TARGET.search(instruction.group(2))
+        if instruction.group(1).startswith("BRA") and target and target.group(1) in labels:
+            bodies.append((labels[target.group(1)], count + 1))
+        count += 1
+    return bodies
+
+
 def compile_what_if(state_dtype: torch.dtype, batch: int, capability: int, fma: bool) -> Arm:
     """what_if_kernel's kernel at our default launch shape."""
     config = recurrent.recurrent_config(dims_for(batch), state_dtype, interpreted=False)
@@ -184,10 +256,15 @@ def resident_warps(registers: int, num_warps: int) -> int:
 
 def mix(arm: Arm) -> dict:
     """The arm's instruction counts, per thread and per state element, and its resources."""
-    functions = codegen.sass_functions(codegen.sass_of(arm.compiled.asm["cubin"]))
-    instructions = functions[arm.kernel_name]
+    sass = codegen.sass_of(arm.compiled.asm["cubin"])
+    instructions = codegen.sass_functions(sass)[arm.kernel_name]
+    bodies = loop_bodies(sass, arm.kernel_name)
+    if len(bodies) > 1 or (arm.chunks > 1) != bool(bodies):
+        raise ValueError(f"{arm.name}: loops {bodies} for {arm.chunks} blocks per program")
+    for start, end in bodies:  # the loop over blocks of value rows runs once per block
+        instructions = instructions + (arm.chunks - 1) * instructions[start:end]
     opcodes = collections.Counter(op.split(".")[0] for op, _ in instructions)
-    elements = arm.block_v * HEADS["K"] // (32 * arm.num_warps)
+    elements = arm.chunks * arm.block_v * HEADS["K"] // (32 * arm.num_warps)
     usage = codegen.resource_usage(arm.compiled)
     classes = {name: sum(opcodes[o] for o in ops) for name, ops in CLASSES.items()}
     classes["other"] = len(instructions) - sum(classes.values())
@@ -195,6 +272,7 @@ def mix(arm: Arm) -> dict:
         "arm": arm.name,
         "block_v": arm.block_v,
         "num_warps": arm.num_warps,
+        "chunks": arm.chunks,
         "state_elements_per_thread": elements,
         "instructions": len(instructions),
         "instructions_per_element": round(len(instructions) / elements, 3),
@@ -216,6 +294,7 @@ def arms(
         compile_vllm(vllm_source, state_dtype, batch, capability),
         compile_ours(state_dtype, batch, capability, fusion=False),
         compile_ours(state_dtype, batch, capability, fusion=True),
+        compile_chunked(state_dtype, batch, capability),
     ]
     return compiled + [
         compile_what_if(state_dtype, batch, capability, fma=False),
@@ -248,13 +327,14 @@ def cases(vllm_source: Path, batches: tuple[int, ...], capability: int = 90) -> 
 def table(results: list[dict]) -> str:
     """The Markdown table of docs/kernels.md."""
     lines = [
-        "| state | B | arm | BV x warps | instr. / element | vs vLLM | fp32 ops | shuffles "
-        "| registers | warps / SM |",
+        "| state | B | arm | BV x warps (x blocks) | instr. / element | vs vLLM | fp32 ops "
+        "| shuffles | registers | warps / SM |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         lines.append(
-            f"| {r['state']} | {r['batch']} | {r['arm']} | {r['block_v']} x {r['num_warps']} "
+            f"| {r['state']} | {r['batch']} | {r['arm']} | {r['block_v']} x {r['num_warps']}"
+            f"{f' (x {chunks})' if (chunks := r.get('chunks', 1)) > 1 else ''} "
             f"| {r['instructions_per_element']:.2f} | {r['vs_vllm']:.2f} "
             f"| {r['per_element']['fp32_arithmetic']:.2f} | {r['per_element']['shuffles']:.2f} "
             f"| {r['registers']}{' (spills)' if r['spills'] else ''} "
