@@ -215,7 +215,7 @@ def compile_chunked(state_dtype: torch.dtype, batch: int, capability: int) -> Ar
 def loop_bodies(sass: str, kernel_name: str) -> list[tuple[int, int]]:
     """The loops of ``kernel_name`` in a disassembly, as [start, end) ranges of its
     instructions (``codegen.sass_functions``' indices): from a backward branch's target label
-    to the branch."""
+    to the branch; the branch to itself after the kernel's EXIT is no loop."""
     labels: dict[str, int] = {}
     bodies = []
     current, count = None, 0
@@ -232,7 +232,8 @@ def loop_bodies(sass: str, kernel_name: str) -> list[tuple[int, int]]:
             continue
         target = BRANCH_TARGET.search(instruction.group(2))
         if instruction.group(1).startswith("BRA") and target and target.group(1) in labels:
-            bodies.append((labels[target.group(1)], count + 1))
+            if labels[target.group(1)] < count:
+                bodies.append((labels[target.group(1)], count + 1))
         count += 1
     return bodies
 
