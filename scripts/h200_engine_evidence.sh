@@ -17,8 +17,11 @@
 #   bench         the engine benchmark with its kernel-time profile (alone on the GPU)
 #   golden-bench  mode golden against mode route in the engine benchmark: the decode-heavy
 #                 workload (1536 new tokens, rounds of ~9 s per arm) and inter-token latency,
-#                 9 rounds (alone on the GPU;
+#                 9 rounds, each engine on its own share of the CPUs (alone on the GPU;
 #                 copy $OUT/bench_engine_golden.json to docs/evidence/)
+#   kernel-sweep  the recurrent kernel's launch shapes that bench_decode.py --sweep times,
+#                 checked for the goldens' bits, then timed at every batch size (alone on the
+#                 GPU; python scripts/bench_decode.py --sweep-table $OUT/bench_decode_sweep.json)
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
@@ -86,7 +89,13 @@ case $stage in
   golden-bench)
     job bench_engine_golden python scripts/bench_engine.py --arms route,golden \
       --workloads decode,itl --decode-new-tokens 1536 --rounds 9 --start-timeout 300 \
-      --out "$out/bench_engine_golden.json"
+      --pin-cpus --out "$out/bench_engine_golden.json"
+    ;;
+  kernel-sweep)
+    now pytest_sweep_shapes 200 python -m pytest -q -p no:cacheprovider -rs \
+      tests/gpu/test_kernels_bitwise.py -k launch_shapes_of_the_sweep
+    now bench_decode_sweep "${SWEEP_LIMIT:-330}" python scripts/bench_decode.py --quick \
+      --ops recurrent --sweep recurrent --sweep-from 1 --out "$out/bench_decode_sweep.json"
     ;;
   shadow)
     for arm in route off golden; do
@@ -145,7 +154,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, kernel-sweep, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac

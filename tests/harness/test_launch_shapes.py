@@ -3,6 +3,8 @@ out (their bits in Triton's interpreter: tests/kernels/test_kernels_recurrent.py
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from gdn_evidence.harness.launch_shapes import conv_candidates, recurrent_candid
 from vllm_gdn_invariant.kernels import recurrent as compiled_recurrent
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
+ROOT = Path(__file__).resolve().parents[2]
 QWEN3_NEXT = RecurrentDims(64, 16, 32, 128, 128, 128**-0.5, True)
 STATE_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -32,3 +35,9 @@ def test_recurrent_candidates_are_whole_distinct_shapes_beside_the_default(state
 
 def test_conv_candidates_fill_their_warps():
     assert all(32 * c.num_warps <= c.block_d for c in conv_candidates())
+
+
+def test_docs_count_the_shapes_the_sweep_times():
+    counts = [len(recurrent_candidates(QWEN3_NEXT, dtype)) for dtype in STATE_DTYPES]
+    doc = " ".join((ROOT / "docs" / "kernels.md").read_text().split())
+    assert f"times the default and {min(counts)} to {max(counts)} other shapes per state" in doc

@@ -12,14 +12,17 @@ import torch
 
 from gdn_evidence.harness.sass_mix import (
     VLLM_KERNEL,
+    compile_chunked,
     compile_ours,
     compile_vllm,
     installed_vllm_source,
+    loop_bodies,
     mix,
     table,
     vllm_block_v,
     vllm_kernel,
 )
+from vllm_gdn_invariant.kernels import codegen
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "sass_mix.json"
@@ -78,3 +81,64 @@ def test_the_docs_table_is_the_evidence_files():
     after = DOC.read_text().split("<!-- sass-mix-table -->\n", 1)[1]
     documented = after.split("\n<!-- /sass-mix-table -->")[0]
     assert documented == table(json.loads(EVIDENCE.read_text())["cases"])
+
+
+def test_the_blocks_paragraph_quotes_the_counts():
+    """docs/kernels.md's "Blocks of value rows per program" is what both sass_mix files say."""
+
+    def by_arm(path: Path, state: str, batch: int) -> dict[str, dict]:
+        cases = json.loads(path.read_text())["cases"]
+        return {c["arm"]: c for c in cases if (c["state"], c["batch"]) == (state, batch)}
+
+    doc = " ".join(DOC.read_text().split())
+    small, large = by_arm(EVIDENCE, "bf16", 1), by_arm(EVIDENCE, "bf16", 64)
+    n_small, n_large = small["ours"]["instructions"], large["ours"]["instructions"]
+    e_small = small["ours"]["state_elements_per_thread"]
+    e_large = large["ours"]["state_elements_per_thread"]
+    per_element = (n_large - n_small) / (e_large - e_small)
+    per_program = n_small - e_small * per_element
+    assert (e_small, e_large) == (32, 128)
+    assert (
+        f"at B = 1 and 64 (32 and 128 state elements per thread) issue {n_small} and {n_large} "
+        f"instructions per thread, about {per_program:.0f} per program and {per_element:.2f} per "
+        f"element. At 128 elements per thread the per-program share is "
+        f"{per_program / e_large:.1f} per element, at {large['ours']['registers']} registers, "
+        f"and only {large['ours']['resident_warps_per_sm']} warps fit an SM" in doc
+    )
+    fp32 = by_arm(EVIDENCE, "fp32", 64)
+    chunked, vllm = large["ours_chunked"], large["vllm"]
+    assert (
+        f"issues {chunked['instructions_per_element']:.2f} instructions per element with a bf16 "
+        f"state (ours at the default shape {large['ours']['instructions_per_element']:.2f}, vLLM "
+        f"0.34.0's {vllm['instructions_per_element']:.2f}) at {chunked['registers']} registers, "
+        f"{chunked['resident_warps_per_sm']} warps per SM "
+        f"({large['ours']['resident_warps_per_sm']} at the default shape, "
+        f"{vllm['resident_warps_per_sm']} for vLLM's); with an fp32 state "
+        f"{fp32['ours_chunked']['instructions_per_element']:.2f} (default "
+        f"{fp32['ours']['instructions_per_element']:.2f}) at {fp32['ours_chunked']['registers']} "
+        f"registers, {fp32['ours_chunked']['resident_warps_per_sm']} warps per SM" in doc
+    )
+    t36 = ROOT / "docs" / "evidence" / "sass_mix_triton3.6.0.json"
+    b36, f36 = by_arm(t36, "bf16", 64), by_arm(t36, "fp32", 64)
+
+    def ipe(arms: dict, arm: str) -> str:
+        return f"{arms[arm]['instructions_per_element']:.2f}"
+
+    assert (
+        f"bf16 {ipe(b36, 'ours_chunked')} against vLLM's {ipe(b36, 'vllm')} and ours' "
+        f"{ipe(b36, 'ours')}, fp32 {ipe(f36, 'ours_chunked')} against vLLM's {ipe(f36, 'vllm')} "
+        f"and ours' {ipe(f36, 'ours')}" in doc
+    )
+    assert chunked["spills"] is False and fp32["ours_chunked"]["spills"] is False
+
+
+def test_a_loop_runs_once_per_block_in_the_count():
+    """The chunked arm's count is the straight-line count plus the loop's body once more per
+    block after the first; an arm without blocks has no loop."""
+    chunked = compile_chunked(torch.bfloat16, 64, 90)
+    sass = codegen.sass_of(chunked.compiled.asm["cubin"])
+    ((start, end),) = loop_bodies(sass, chunked.kernel_name)
+    static = len(codegen.sass_functions(sass)[chunked.kernel_name])
+    assert mix(chunked)["instructions"] == static + (chunked.chunks - 1) * (end - start)
+    plain = compile_ours(torch.bfloat16, 64, 90, fusion=False)
+    assert loop_bodies(codegen.sass_of(plain.compiled.asm["cubin"]), plain.kernel_name) == []
