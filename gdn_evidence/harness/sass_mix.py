@@ -35,6 +35,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import torch
 import triton
@@ -178,29 +179,39 @@ def compile_ours(state_dtype: torch.dtype, batch: int, capability: int, fusion: 
     return Arm(name, compiled, "recurrent_step_kernel", config.block_v, config.num_warps)
 
 
+def compile_recurrent_kernel(
+    module: ModuleType,
+    dims: RecurrentDims,
+    state_dtype: torch.dtype,
+    config: recurrent.RecurrentConfig,
+    capability: int = 90,
+):
+    """``module.recurrent_step_kernel`` (``kernels.recurrent``, or another version of that
+    module) compiled for sm_``capability`` at ``config``, contraction off, on meta tensors:
+    bf16 inputs, a state pool of 1024 blocks."""
+    H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k, dims.head_v
+    gate = codegen.meta((dims.batch, HV), torch.bfloat16)
+    _, arguments, constexprs = module.kernel_arguments(
+        codegen.meta((dims.batch, 2 * H * K + HV * V), torch.bfloat16),
+        gate,
+        gate,
+        codegen.meta((HV,), torch.float32),
+        codegen.meta((HV,), torch.float32),
+        codegen.meta((dims.batch, 1, HV, V), torch.bfloat16),
+        codegen.meta((1024, HV, V, K), state_dtype),
+        codegen.meta((dims.batch,), torch.int32),
+        dims,
+        config,
+    )
+    return codegen.compile_kernel(
+        module.recurrent_step_kernel, arguments, constexprs, config.num_warps, capability, False
+    )
+
+
 def compile_chunked(state_dtype: torch.dtype, batch: int, capability: int) -> Arm:
     """The golden-matched kernel at ``CHUNKED``."""
-    H, HV, K, V = HEADS["H"], HEADS["HV"], HEADS["K"], HEADS["V"]
-    gate = codegen.meta((batch, HV), torch.bfloat16)
-    _, arguments, constexprs = recurrent.kernel_arguments(
-        codegen.meta((batch, 2 * H * K + HV * V), torch.bfloat16),
-        gate,
-        gate,
-        codegen.meta((HV,), torch.float32),
-        codegen.meta((HV,), torch.float32),
-        codegen.meta((batch, 1, HV, V), torch.bfloat16),
-        codegen.meta((1024, HV, V, K), state_dtype),
-        codegen.meta((batch,), torch.int32),
-        dims_for(batch),
-        CHUNKED,
-    )
-    compiled = codegen.compile_kernel(
-        recurrent.recurrent_step_kernel,
-        arguments,
-        constexprs,
-        CHUNKED.num_warps,
-        capability,
-        False,
+    compiled = compile_recurrent_kernel(
+        recurrent, dims_for(batch), state_dtype, CHUNKED, capability
     )
     return Arm(
         "ours_chunked",

@@ -17,6 +17,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from gdn_evidence.harness.sass_mix import compile_recurrent_kernel
 from vllm_gdn_invariant.kernels import codegen, recurrent
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
@@ -126,6 +127,19 @@ CHANGED_SINCE_THE_GPU_RUN = {  # each named in the doc
 RECURRENT = "vllm_gdn_invariant/kernels/recurrent.py"
 
 
+def git(*arguments: str) -> str:
+    """``git``'s output in this checkout; the test skips where git or the commit is missing."""
+    try:
+        result = subprocess.run(
+            ["git", *arguments], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+    except FileNotFoundError:
+        pytest.skip("git is not installed")
+    if result.returncode != 0:
+        pytest.skip(f"git {arguments[0]}: {result.stderr.strip()}")
+    return result.stdout
+
+
 def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
     """docs/kernels.md says the package has not changed since the GPU run's commit but for the
     files it names, and a test compares the package with git."""
@@ -134,39 +148,15 @@ def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
     assert f"has not changed since {commit[:7]} but for" in doc
     for path in CHANGED_SINCE_THE_GPU_RUN:
         assert f"`{path.removeprefix('vllm_gdn_invariant/')}`" in doc
-    try:
-        diff = subprocess.run(
-            ["git", "diff", "--name-only", commit, "--", "vllm_gdn_invariant"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except FileNotFoundError:
-        pytest.skip("git is not installed")
-    if diff.returncode != 0:
-        pytest.skip(f"not a git checkout with {commit[:7]}: {diff.stderr.strip()}")
-    changed = set(diff.stdout.split())
+    changed = set(git("diff", "--name-only", commit, "--", "vllm_gdn_invariant").split())
     assert changed == CHANGED_SINCE_THE_GPU_RUN, "the package changed since the GPU run"
 
 
 def recurrent_at(commit: str, folder: Path) -> ModuleType:
     """``kernels/recurrent.py`` as it was at ``commit``, imported beside the current one (its
     relative imports are the current package's)."""
-    try:
-        source = subprocess.run(
-            ["git", "show", f"{commit}:{RECURRENT}"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except FileNotFoundError:
-        pytest.skip("git is not installed")
-    if source.returncode != 0:
-        pytest.skip(f"not a git checkout with {commit[:7]}: {source.stderr.strip()}")
     path = folder / f"recurrent_at_{commit[:7]}.py"
-    path.write_text(source.stdout)
+    path.write_text(git("show", f"{commit}:{RECURRENT}"))
     name = f"vllm_gdn_invariant.kernels.recurrent_at_{commit[:7]}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -181,25 +171,9 @@ def recurrent_at(commit: str, folder: Path) -> ModuleType:
 def default_sass(module: ModuleType, batch: int, state_dtype: torch.dtype, norm: bool) -> str:
     """The disassembly of ``module``'s recurrent kernel compiled for sm_90 at its default
     launch shape for Qwen3-Next's heads."""
-    H, HV, K, V = 16, 32, 128, 128
-    dims = RecurrentDims(batch, H, HV, K, V, K**-0.5, norm)
-    gate = codegen.meta((batch, HV), torch.bfloat16)
+    dims = RecurrentDims(batch, 16, 32, 128, 128, 128**-0.5, norm)
     config = module.recurrent_config(dims, state_dtype, interpreted=False)
-    _, arguments, constexprs = module.kernel_arguments(
-        codegen.meta((batch, 2 * H * K + HV * V), torch.bfloat16),
-        gate,
-        gate,
-        codegen.meta((HV,), torch.float32),
-        codegen.meta((HV,), torch.float32),
-        codegen.meta((batch, 1, HV, V), torch.bfloat16),
-        codegen.meta((1024, HV, V, K), state_dtype),
-        codegen.meta((batch,), torch.int32),
-        dims,
-        config,
-    )
-    compiled = codegen.compile_kernel(
-        module.recurrent_step_kernel, arguments, constexprs, config.num_warps, 90, False
-    )
+    compiled = compile_recurrent_kernel(module, dims, state_dtype, config)
     return codegen.sass_of(compiled.asm["cubin"])
 
 
