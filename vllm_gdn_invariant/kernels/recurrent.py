@@ -251,9 +251,16 @@ def recurrent_step_kernel(
 
     for i_c in tl.range(CHUNKS):
         if CHUNKS > 1:  # the next block's loads go out before this block's arithmetic
-            mask_next = (o_v + BV < V) & (i_c + 1 < CHUNKS)
-            h_next = load_state_block(p_h + BV * stride_state_v, mask_next, stride_state_k, K, C, J)
-            v_next = to_fp32(tl.load(p_v + BV * stride_qkv_col, mask=mask_next, other=0.0))
+            if V % (BV * CHUNKS) == 0:  # whole blocks: after the last, this block again
+                mask_next = mask_v
+                step = tl.where(i_c + 1 < CHUNKS, BV, 0)
+            else:
+                mask_next = (o_v + BV < V) & (i_c + 1 < CHUNKS)
+                step = BV
+            h_next = load_state_block(
+                p_h + step * stride_state_v, mask_next, stride_state_k, K, C, J
+            )
+            v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_next, other=0.0))
         h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
         for j in tl.static_range(J):
             mask = mask_v[:, None] & (j * C + o_c < K)
