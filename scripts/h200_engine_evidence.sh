@@ -19,9 +19,10 @@
 #                 workload (1536 new tokens, rounds of ~9 s per arm) and inter-token latency,
 #                 9 rounds, each engine on its own share of the CPUs (alone on the GPU;
 #                 copy $OUT/bench_engine_golden.json to docs/evidence/)
-#   kernel-sweep  the recurrent kernel's launch shapes that bench_decode.py --sweep times,
-#                 checked for the goldens' bits, then timed at every batch size (alone on the
-#                 GPU; python scripts/bench_decode.py --sweep-table $OUT/bench_decode_sweep.json)
+#   kernel-sweep  the recurrent and conv kernels' launch shapes that bench_decode.py --sweep
+#                 times, checked for the goldens' bits, then timed at every batch size (alone
+#                 on the GPU; python scripts/bench_decode.py --sweep-table
+#                 $OUT/bench_decode_sweep.json prints them)
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
@@ -95,7 +96,8 @@ case $stage in
     now pytest_sweep_shapes 200 python -m pytest -q -p no:cacheprovider -rs \
       tests/gpu/test_kernels_bitwise.py -k launch_shapes_of_the_sweep
     now bench_decode_sweep "${SWEEP_LIMIT:-330}" python scripts/bench_decode.py --quick \
-      --ops recurrent --sweep recurrent --sweep-from 1 --out "$out/bench_decode_sweep.json"
+      --ops recurrent,conv --sweep recurrent,conv --sweep-from 1 \
+      --out "$out/bench_decode_sweep.json"
     ;;
   shadow)
     for arm in route off golden; do
