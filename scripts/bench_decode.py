@@ -48,6 +48,9 @@ no golden has its bits) at the default launch shape: ``what_if`` holds its media
 time over each. Not with an fp32 state, where that kernel spills under Triton 3.9.0
 (``scripts/sass_mix.py``).
 
+The JSON is rewritten after every case, ``complete`` false until the last one ran, so that a
+run cut short still leaves what it measured.
+
 ``--quick`` (3 rounds, shorter do_bench and profiles; ``--rounds`` sets their number) fits
 one device call: 44 s on an H200 for the default sizes with ``--what-if`` (commit 67cd0fa; the
 kernels' compiles included, vLLM's import not). ``--smoke`` runs the whole flow on CPU with
@@ -642,6 +645,38 @@ def main(argv: list[str] | None = None) -> int:
         tuple(int(b) for b in args.batch_sizes.split(",")) if args.batch_sizes else default_batches
     )
     peak_copy = clock.copy_fn(PEAK_COPY_BYTES if clock.timed else 1 << 10)
+
+    def write(complete: bool) -> None:
+        """The report of the cases so far (``complete`` once every case ran)."""
+        report = {
+            "schema": SCHEMA,
+            "provenance": provenance(
+                recurrent_provider=providers.recurrent_name,
+                conv_provider=providers.conv_name,
+                rounds=settings.rounds,
+                mode="smoke" if args.smoke else "quick" if args.quick else "full",
+                settings=settings.__dict__,
+                seconds=round(time.perf_counter() - started, 1),
+            ),
+            "settings": {
+                "batch_sizes": list(batches),
+                "ops": list(ops),
+                "dims": dims.__dict__,
+                "inputs": "bf16 randn mixed_qkv/a/b/x/weight; A_log = log(U(1, 16)); "
+                "state randn*0.1; conv cache randn (op conv: the state dtype; decode_step: "
+                "bf16); all rows active; QK norm on; SiLU, no bias",
+                "speed_vs_vllm": "vLLM median time / ours (launch; do_bench); >= 1.0: ours at "
+                "least as fast. _wall: wall time per call of back-to-back calls; _device: "
+                "profiler device time",
+                "api_bound": f"ours_api wall <= {API_RATIO_BOUND} x ours wall at B >= "
+                f"{API_LARGE_BATCH}; ours_api wall - ours wall <= {API_EXCESS_BOUND_US} us below",
+            },
+            "complete": complete,
+            "summary": summary(cases),
+            "cases": cases,
+        }
+        args.out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+
     started = time.perf_counter()
     cases = []
     print(
@@ -674,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
                     if args.what_if and state_dtype == torch.bfloat16:
                         case["what_if"] = time_what_if(arms, x, result["us"]["vllm"], clock)
                 cases.append(case)
+                write(False)  # what finished comes back if the run is cut short
                 us, bound = result["us"], result["api_bound"]
                 print(
                     f"{op:>11} {dtype_name:>8} {batch:>5} {us['vllm']:>9.1f} {us['ours']:>9.1f} "
@@ -687,33 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             del x
             if clock.timed:
                 torch.cuda.empty_cache()
-    report = {
-        "schema": SCHEMA,
-        "provenance": provenance(
-            recurrent_provider=providers.recurrent_name,
-            conv_provider=providers.conv_name,
-            rounds=settings.rounds,
-            mode="smoke" if args.smoke else "quick" if args.quick else "full",
-            settings=settings.__dict__,
-            seconds=round(time.perf_counter() - started, 1),
-        ),
-        "settings": {
-            "batch_sizes": list(batches),
-            "ops": list(ops),
-            "dims": dims.__dict__,
-            "inputs": "bf16 randn mixed_qkv/a/b/x/weight; A_log = log(U(1, 16)); "
-            "state randn*0.1; conv cache randn (op conv: the state dtype; decode_step: bf16); "
-            "all rows active; QK norm on; SiLU, no bias",
-            "speed_vs_vllm": "vLLM median time / ours (launch; do_bench); >= 1.0: ours at least "
-            "as fast. _wall: wall time per call of back-to-back calls; _device: profiler "
-            "device time",
-            "api_bound": f"ours_api wall <= {API_RATIO_BOUND} x ours wall at B >= "
-            f"{API_LARGE_BATCH}; ours_api wall - ours wall <= {API_EXCESS_BOUND_US} us below",
-        },
-        "summary": summary(cases),
-        "cases": cases,
-    }
-    args.out.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    write(True)
     print(f"bench_decode: wrote {args.out} ({time.perf_counter() - started:.0f} s)")
     return 0
 

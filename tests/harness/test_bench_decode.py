@@ -56,6 +56,7 @@ def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, be
     report = json.loads(target.read_text())
     assert report["schema"] == bench.SCHEMA
     assert report["provenance"]["mode"] == "smoke"
+    assert report["complete"] is True
     assert report["provenance"]["recurrent_provider"].startswith("smoke stand-in")
     cases = report["cases"]
     expected = {
