@@ -7,6 +7,8 @@
 
 ``--vllm-source`` defaults to the installed vLLM's ``fused_recurrent.py``. The arms and what the
 counts mean: ``gdn_evidence/harness/sass_mix.py``. Prints the table of docs/kernels.md.
+``--candidates`` counts instead the recurrent kernel at its default launch shape and at every
+shape ``bench_decode.py --sweep`` times (B = 64, no vLLM arm), fewest instructions first.
 """
 
 import argparse
@@ -17,7 +19,13 @@ from pathlib import Path
 import checkout  # noqa: F401 - this checkout first on sys.path
 
 from gdn_evidence.harness.provenance import provenance
-from gdn_evidence.harness.sass_mix import cases, installed_vllm_source, table
+from gdn_evidence.harness.sass_mix import (
+    candidate_counts,
+    candidate_table,
+    cases,
+    installed_vllm_source,
+    table,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +35,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="1,64", help="comma-separated batch sizes")
     parser.add_argument("--capability", type=int, default=90)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--candidates", action="store_true", help="count the launch shapes the sweep times"
+    )
     args = parser.parse_args(argv)
+    if args.candidates:
+        results = candidate_counts(capability=args.capability)
+        record = {
+            "provenance": provenance(capability=args.capability, static=True),
+            "cases": results,
+        }
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        print(candidate_table(results))
+        return 0
     source = args.vllm_source or installed_vllm_source()
     if not source.is_file():
         parser.error(f"--vllm-source {source} is not a file")

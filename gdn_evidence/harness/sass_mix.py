@@ -43,7 +43,7 @@ import triton
 from vllm_gdn_invariant.kernels import codegen, recurrent
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
-from . import what_if_kernel
+from . import launch_shapes, what_if_kernel
 
 VLLM_KERNEL = "fused_recurrent_gated_delta_rule_packed_decode_kernel"
 VLLM_LAUNCHER = "fused_recurrent_gated_delta_rule_packed_decode"
@@ -334,6 +334,53 @@ def cases(vllm_source: Path, batches: tuple[int, ...], capability: int = 90) -> 
                 }
                 results.append(entry)
     return results
+
+
+def candidate_counts(batch: int = 64, capability: int = 90) -> list[dict]:
+    """mix() of the recurrent kernel at its default launch shape and at every shape
+    ``bench_decode.py --sweep`` times (``launch_shapes.recurrent_candidates``), both state
+    dtypes, each with its launch shape (``config``), whether it is the default and whether
+    codegen's contraction check passes it."""
+    results = []
+    for state_dtype in (torch.float32, torch.bfloat16):
+        dims = dims_for(batch)
+        default = recurrent.recurrent_config(dims, state_dtype, interpreted=False)
+        for config in [default, *launch_shapes.recurrent_candidates(dims, state_dtype)]:
+            compiled = compile_recurrent_kernel(recurrent, dims, state_dtype, config, capability)
+            arm = Arm(
+                "ours" if config == default else "candidate",
+                compiled,
+                "recurrent_step_kernel",
+                config.block_v,
+                config.num_warps,
+                config.chunks,
+            )
+            entry = mix(arm) | {
+                "config": config.__dict__,
+                "default": config == default,
+                "contraction_clean": codegen.report_of(compiled).clean,
+            }
+            results.append(entry | {"state": state_name(state_dtype), "batch": batch})
+    return results
+
+
+def candidate_table(results: list[dict]) -> str:
+    """A Markdown table of ``candidate_counts``, fewest instructions per element first."""
+    lines = [
+        "| state | block_v | log2 (J, lanes, vec) | warps | chunks | instr. / element "
+        "| registers | warps / SM |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in sorted(results, key=lambda r: (r["state"], r["instructions_per_element"])):
+        c = r["config"]
+        lines.append(
+            f"| {r['state']} | {c['block_v']} | ({c['log2_j']}, {c['log2_cl']}, {c['log2_vec']}) "
+            f"| {c['num_warps']} | {c['chunks']} | {r['instructions_per_element']:.2f}"
+            f"{' (default)' if r['default'] else ''} "
+            f"| {r['registers']}{' (spills)' if r['spills'] else ''} "
+            f"| {r['resident_warps_per_sm']} |"
+        )
+    return "\n".join(lines)
 
 
 def table(results: list[dict]) -> str:
