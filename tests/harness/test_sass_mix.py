@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from gdn_evidence.harness.launch_shapes import recurrent_candidates
 from gdn_evidence.harness.sass_mix import (
     VLLM_KERNEL,
     compile_chunked,
     compile_ours,
     compile_vllm,
+    dims_for,
     installed_vllm_source,
     loop_bodies,
     mix,
@@ -22,7 +24,7 @@ from gdn_evidence.harness.sass_mix import (
     vllm_block_v,
     vllm_kernel,
 )
-from vllm_gdn_invariant.kernels import codegen
+from vllm_gdn_invariant.kernels import codegen, recurrent
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "sass_mix.json"
@@ -142,3 +144,40 @@ def test_a_loop_runs_once_per_block_in_the_count():
     assert mix(chunked)["instructions"] == static + (chunked.chunks - 1) * (end - start)
     plain = compile_ours(torch.bfloat16, 64, 90, fusion=False)
     assert loop_bodies(codegen.sass_of(plain.compiled.asm["cubin"]), plain.kernel_name) == []
+
+
+def test_the_candidate_counts_are_the_sweeps_shapes_and_are_quoted():
+    """docs/evidence/sass_mix_candidates_triton3.6.0.json counts the shapes launch_shapes.py
+    gives now (the defaults among them), and docs/kernels.md quotes it."""
+    path = ROOT / "docs" / "evidence" / "sass_mix_candidates_triton3.6.0.json"
+    counted = json.loads(path.read_text())["cases"]
+    dims = dims_for(64)
+    for state, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        default = recurrent.recurrent_config(dims, dtype, interpreted=False)
+        shapes = [default, *recurrent_candidates(dims, dtype)]
+        assert [c["config"] for c in counted if c["state"] == state] == [s.__dict__ for s in shapes]
+    assert all(c["contraction_clean"] and not c["spills"] for c in counted)
+    assert sum(c["default"] for c in counted) == 2
+
+    def fewest(state: str, registers: int = 255) -> dict:
+        return min(
+            (c for c in counted if c["state"] == state and c["registers"] <= registers),
+            key=lambda c: c["instructions_per_element"],
+        )
+
+    def quoted(c: dict) -> str:
+        return (
+            f"{c['instructions_per_element']:.2f} ({c['config']['block_v']} x "
+            f"{c['config']['chunks']}, {c['registers']} registers, "
+            f"{c['resident_warps_per_sm']} warps per SM)"
+        )
+
+    best, best_at_128 = fewest("bf16"), fewest("bf16", registers=128)
+    doc = " ".join(DOC.read_text().split())
+    assert f"all {len(counted)} (the two defaults among them) compile without spills" in doc
+    assert (
+        f"bf16 {best['instructions_per_element']:.2f} (blocks of {best['config']['block_v']} "
+        f"rows, {best['config']['chunks']} per program, {best['registers']} registers, "
+        f"{best['resident_warps_per_sm']} warps per SM) and {quoted(best_at_128)}, "
+        f"fp32 {quoted(fewest('fp32'))}" in doc
+    )
