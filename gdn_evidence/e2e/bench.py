@@ -25,7 +25,8 @@ Workloads, per arm and round:
 
 ``--workloads`` picks them (default ``throughput,prefill,itl``); a ratio or target whose
 workload did not run is left out. ``spread`` in ``ratio_spread`` is a round ratio's range over
-its median, ``(max - min) / median``, reported with the rounds' count. ``--pin-cpus`` runs each
+its median, ``(max - min) / median``, reported with the rounds' count, the median and a
+distribution-free 95 % interval for it (``median_interval``). ``--pin-cpus`` runs each
 engine's processes on a disjoint share of the CPUs (``pinned_cpus`` in the provenance's engine
 spec).
 
@@ -45,6 +46,7 @@ import argparse
 import functools
 import hashlib
 import json
+import math
 import operator
 import os
 import statistics
@@ -396,10 +398,41 @@ BASES = {
 }
 
 
+MEDIAN_CONFIDENCE = 0.95
+
+
+def median_interval(values: list[float], confidence: float = MEDIAN_CONFIDENCE) -> dict[str, Any]:
+    """A distribution-free interval for the median of the rounds' population: the order
+    statistics [x_(k), x_(n+1-k)] with the largest k whose coverage, 1 - 2 P(Bin(n, 1/2) < k),
+    is at least ``confidence`` (rounds independent, each as likely above the median as below).
+    ``interval`` is None when even the whole range covers less (n < 6 at 95 %)."""
+    n = len(values)
+    ordered = sorted(values)
+
+    def coverage(k: int) -> float:
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
+
+    ks = [k for k in range(1, n // 2 + 1) if coverage(k) >= confidence]
+    if not ks:
+        return {"interval": None, "coverage": coverage(1) if n else 0.0, "confidence": confidence}
+    k = max(ks)
+    return {
+        "interval": [ordered[k - 1], ordered[n - k]],
+        "coverage": coverage(k),
+        "confidence": confidence,
+    }
+
+
 def ratio_spread(values: list[float]) -> dict[str, Any]:
-    """A round ratio's range over its median, and the rounds it was measured in."""
+    """A round ratio's range over its median, the rounds it was measured in, their median and
+    a distribution-free interval for it (``median_interval``)."""
     middle = median(values)
-    return {"spread": (max(values) - min(values)) / middle, "rounds": len(values)}
+    return {
+        "spread": (max(values) - min(values)) / middle,
+        "rounds": len(values),
+        "median": middle,
+        "median_interval": median_interval(values),
+    }
 
 
 def verdict(values: list[float], threshold: float, clears: Callable[[float, float], bool]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -363,13 +364,40 @@ def test_mode_golden_is_compared_with_mode_route_and_the_spread_is_reported():
     assert summary["round_ratios"]["golden"]["decode_throughput_vs_route"] == [0.99, 1.03, 1.0]
     assert summary["ratios"]["golden"] == {"decode_throughput_vs_route": 1.0, "itl_vs_route": 1.05}
     spread = summary["ratio_spread"]["golden"]["decode_throughput_vs_route"]
-    assert spread == {"spread": (1.03 - 0.99) / 1.0, "rounds": 3}
+    assert spread["spread"] == (1.03 - 0.99) / 1.0 and spread["rounds"] == 3
+    assert spread["median"] == 1.0
+    assert spread["median_interval"]["interval"] is None  # 3 rounds cannot give 95 %
     assert summary["targets"] == {"golden_decode_throughput_at_least_0.99x_route": "met"}
     assert "route" not in summary["ratios"]  # no vLLM arm, no ratio to it
     rounds.append(golden_round(["route", "golden"], [100, 98], [2.0, 2.0]))
     assert bench.summarize(rounds)["targets"] == {
         "golden_decode_throughput_at_least_0.99x_route": "inconclusive"
     }
+
+
+@pytest.mark.parametrize(
+    "n, k, coverage",
+    [(6, 1, 1 - 2 / 64), (9, 2, 1 - 2 * 10 / 512), (20, 6, 1 - 2 * 21700 / 2**20)],
+)
+def test_the_median_interval_is_the_widest_order_statistics_pair_with_enough_coverage(
+    n, k, coverage
+):
+    """[x_(k), x_(n+1-k)] covers the median with probability 1 - 2 P(Bin(n, 1/2) < k): 6
+    rounds give the whole range at 96.9 %, 9 rounds the second and eighth (96.1 %), 20 rounds
+    the sixth and fifteenth (95.9 %); k + 1 would fall below 95 % in each."""
+    values = [float(v) for v in reversed(range(n))]  # unsorted on purpose
+    result = bench.median_interval(values)
+    assert result["interval"] == [float(k - 1), float(n - k)]
+    assert result["coverage"] == pytest.approx(coverage)
+    assert result["coverage"] >= 0.95
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    assert 1 - 2 * tail < 0.95  # a narrower pair would not reach 95 %
+
+
+def test_five_rounds_give_no_95_percent_interval_for_the_median():
+    result = bench.median_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert result["interval"] is None
+    assert result["coverage"] == pytest.approx(1 - 2 / 32)
 
 
 def test_a_report_without_mode_golden_keeps_its_summary_fields():
