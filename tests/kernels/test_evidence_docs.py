@@ -295,6 +295,16 @@ def test_the_engine_paragraph_quotes_bench_engine_golden():
     assert f"spread of {100 * spread['decode_throughput_vs_route']['spread']:.0f} % of its" in doc
     assert f"latency {100 * spread['itl_vs_route']['spread']:.0f} %" in doc
     assert f"the decode throughput is {statistics.median(decode):.3f}x" in doc
+    interval = spread["decode_throughput_vs_route"]["median_interval"]
+    low, high = interval["interval"]
+    assert interval["coverage"] >= 0.95
+    first, last = (sorted(decode).index(v) + 1 for v in (low, high))
+    assert (first, last) == (2, 8)  # the doc's ordinals
+    assert (
+        f"(the 2nd and 8th of the {len(decode)} ordered rounds, "
+        f"{100 * interval['coverage']:.1f} % coverage;" in doc
+    )
+    assert f"recomputed the summary with it) runs {low:.2f}–{high:.2f}." in doc
     assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] in doc
 
 
