@@ -40,8 +40,9 @@ launch's wall time at B >= 64 and at most 50 µs more below. ``summary`` lists t
 1.0 and the API bound's misses. ``--sweep`` also times the default and other launch shapes of
 the recurrent kernel (``gdn_evidence/harness/launch_shapes.py``: splits of K, warps, value rows
 per thread, blocks of value rows per program), ``--sweep conv`` (or ``recurrent,conv``) of the
-conv kernel (channels per program, warps), from B = ``--sweep-from`` (default 64) up, fastest
-first, each with vLLM's time over it; ``--sweep-table`` prints them.
+conv kernel (channels per program, warps), from B = ``--sweep-from`` (default 64) up, in three
+rounds that each time every shape once, medians fastest first, each with vLLM's time over it;
+``--sweep-table`` prints them.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
 no golden has its bits) at the default launch shape: ``what_if`` holds its medians and vLLM's
@@ -433,18 +434,29 @@ def time_arms(
     }
 
 
+SWEEP_ROUNDS = 3
+
+
 def sweep_launch_shapes(arms: dict, configs: list, vllm_us: float, clock: GpuClock) -> list[dict]:
-    """``arms["ours"]`` at its default launch shape and at each of ``configs``: median of three
-    do_bench times, fastest first, each with ``vllm_us`` (the case's vLLM median) over it."""
-    rows = []
+    """``arms["ours"]`` at its default launch shape and at each of ``configs``, in
+    ``SWEEP_ROUNDS`` rounds that each time every shape once (do_bench); per shape the median
+    over the rounds (``rounds_us`` keeps them), fastest first, each with ``vllm_us`` (the
+    case's vLLM median) over it."""
     default = arms["_config"]
-    for config in [default, *(c for c in configs if c != default)]:
-        us = statistics.median(clock.bench_us(lambda c=config: arms["ours"](c)) for _ in range(3))
+    shapes = [default, *(c for c in configs if c != default)]
+    times: list[list[float]] = [[] for _ in shapes]
+    for _ in range(SWEEP_ROUNDS):
+        for config, measured in zip(shapes, times, strict=True):
+            measured.append(clock.bench_us(lambda c=config: arms["ours"](c)))
+    rows = []
+    for config, measured in zip(shapes, times, strict=True):
+        us = round(statistics.median(measured), 2)
         rows.append(
             {
                 "config": config.__dict__,
                 "default": config == default,
-                "us": round(us, 2),
+                "us": us,
+                "rounds_us": [round(t, 2) for t in measured],
                 "speed_vs_vllm": ratio(vllm_us, us),
             }
         )

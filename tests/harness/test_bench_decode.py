@@ -3,9 +3,11 @@ the API bound is read as documented, and without CUDA a real run measures nothin
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +146,8 @@ def test_smoke_sweep_times_the_default_and_the_candidates_fastest_first(tmp_path
         assert [r["us"] for r in sweep] == sorted(r["us"] for r in sweep)
         for row in sweep:
             assert row["speed_vs_vllm"] == bench.ratio(case["us"]["vllm"], row["us"])
+            assert len(row["rounds_us"]) == bench.SWEEP_ROUNDS  # every shape in every round
+            assert row["us"] == statistics.median(row["rounds_us"])
     fp32 = next(c for c in report["cases"] if c["state_dtype"] == "float32")
     assert len(fp32["sweep"]) > 1  # a candidate beside the default
     table = run("--sweep-table", str(target))
@@ -156,3 +160,30 @@ def test_without_a_sweep_from_argument_the_sweep_starts_at_64_rows(tmp_path):
     result = run("--smoke", "--ops", "recurrent", "--sweep", "--out", str(target))
     assert result.returncode == 0, result.stderr[-3000:]
     assert all("sweep" not in c for c in json.loads(target.read_text())["cases"])  # B = 2
+
+
+def test_the_sweep_alternates_the_shapes_round_by_round(bench):
+    """Each round times every shape once, the default first, so that a drift of the machine
+    falls on every shape alike; the medians are over the rounds."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Shape:
+        name: str
+
+    calls = []
+    times = iter(range(1, 100))
+
+    class Clock:
+        def bench_us(self, fn):
+            fn()
+            return float(next(times))
+
+    default, a, b = Shape("default"), Shape("a"), Shape("b")
+    arms = {"ours": lambda shape: calls.append(shape.name), "_config": default}
+    rows = bench.sweep_launch_shapes(arms, [a, default, b], 12.0, Clock())
+    assert calls == ["default", "a", "b"] * bench.SWEEP_ROUNDS
+    by_name = {r["config"]["name"]: r for r in rows}
+    assert by_name["default"]["rounds_us"] == [1.0, 4.0, 7.0]
+    assert by_name["b"]["us"] == 6.0 and by_name["b"]["speed_vs_vllm"] == 2.0
+    assert [r["config"]["name"] for r in rows] == ["default", "a", "b"]  # fastest first
+    assert [r["default"] for r in rows] == [True, False, False]
