@@ -20,9 +20,9 @@
 #                 9 rounds, each engine on its own share of the CPUs (alone on the GPU;
 #                 copy $OUT/bench_engine_golden.json to docs/evidence/)
 #   kernel-sweep  the recurrent and conv kernels' launch shapes that bench_decode.py --sweep
-#                 times, checked for the goldens' bits, then timed at every batch size (alone
-#                 on the GPU; python scripts/bench_decode.py --sweep-table
-#                 $OUT/bench_decode_sweep.json prints them)
+#                 times, checked for the goldens' bits, then timed at every batch size, the
+#                 largest first (alone on the GPU; the JSON is rewritten after every case;
+#                 python scripts/bench_decode.py --sweep-table $OUT/bench_decode_sweep.json)
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
@@ -93,11 +93,11 @@ case $stage in
       --pin-cpus --out "$out/bench_engine_golden.json"
     ;;
   kernel-sweep)
-    now pytest_sweep_shapes 200 python -m pytest -q -p no:cacheprovider -rs \
+    now pytest_sweep_shapes 180 python -m pytest -q -p no:cacheprovider -rs \
       tests/gpu/test_kernels_bitwise.py -k launch_shapes_of_the_sweep
-    now bench_decode_sweep "${SWEEP_LIMIT:-330}" python scripts/bench_decode.py --quick \
+    now bench_decode_sweep "${SWEEP_LIMIT:-370}" python scripts/bench_decode.py --quick \
       --ops recurrent,conv --sweep recurrent,conv --sweep-from 1 \
-      --out "$out/bench_decode_sweep.json"
+      --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_sweep.json"
     ;;
   shadow)
     for arm in route off golden; do
