@@ -42,7 +42,8 @@ the recurrent kernel (``gdn_evidence/harness/launch_shapes.py``: splits of K, wa
 per thread, blocks of value rows per program), ``--sweep conv`` (or ``recurrent,conv``) of the
 conv kernel (channels per program, warps), from B = ``--sweep-from`` (default 64) up, in three
 rounds that each time every shape once, medians fastest first, each with vLLM's time over it;
-``--sweep-table`` prints them.
+``--sweep-table`` prints them, and per op and state dtype the one shape closest to the fastest
+at every swept batch size.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
 no golden has its bits) at the default launch shape: ``what_if`` holds its medians and vLLM's
@@ -562,8 +563,8 @@ def results_table(report: dict) -> str:
 
 
 def sweep_table(report: dict) -> str:
-    """Markdown table of a report's sweeps: per case the default launch shape and the fastest
-    one, each with vLLM's time over it."""
+    """Markdown tables of a report's sweeps: per case the default launch shape and the fastest
+    one, each with vLLM's time over it; then per op and state dtype ``sweep_choices``."""
     lines = [
         "| op | state | B | vLLM (µs) | default (µs) | vLLM/default | fastest (µs) | vLLM/fastest "
         "| fastest shape |",
@@ -580,7 +581,44 @@ def sweep_table(report: dict) -> str:
             f"| {default['us']} | {default['speed_vs_vllm']:.3f} | {best['us']} "
             f"| {best['speed_vs_vllm']:.3f} | {shape} |"
         )
+    lines += ["", "| op | state | one shape for every B | worst time / fastest | at B |"]
+    lines.append("| --- | --- | --- | --- | --- |")
+    for (op, state), choice in sweep_choices(report).items():
+        shape = ", ".join(f"{k}={v}" for k, v in choice["config"].items())
+        lines.append(
+            f"| {op} | {STATE_NAMES[state]} | {shape} | {choice['worst']:.3f} "
+            f"| {choice['worst_batch']} |"
+        )
     return "\n".join(lines)
+
+
+def sweep_choices(report: dict) -> dict[tuple[str, str], dict]:
+    """Per op and state dtype, the launch shape that is closest to the fastest at every swept
+    batch size: the one whose largest time over the fastest shape's time (``worst``, at
+    ``worst_batch``) is smallest, among the shapes timed at every one of them."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for c in report["cases"]:
+        if "sweep" in c:
+            groups.setdefault((c["op"], c["state_dtype"]), []).append(c)
+    choices = {}
+    for key, cases in groups.items():
+        relative: dict[str, dict[int, float]] = {}
+        configs: dict[str, dict] = {}
+        for c in cases:
+            fastest = c["sweep"][0]["us"]
+            for row in c["sweep"]:
+                name = json.dumps(row["config"], sort_keys=True)
+                configs[name] = row["config"]
+                relative.setdefault(name, {})[c["batch"]] = row["us"] / fastest
+        everywhere = {n: r for n, r in relative.items() if len(r) == len(cases)}
+        name = min(everywhere, key=lambda n: (max(everywhere[n].values()), n))
+        worst_batch = max(everywhere[name], key=everywhere[name].get)
+        choices[key] = {
+            "config": configs[name],
+            "worst": everywhere[name][worst_batch],
+            "worst_batch": worst_batch,
+        }
+    return choices
 
 
 def reexec_interpreted(argv: list[str]) -> None:

@@ -152,7 +152,9 @@ def test_smoke_sweep_times_the_default_and_the_candidates_fastest_first(tmp_path
     assert len(fp32["sweep"]) > 1  # a candidate beside the default
     table = run("--sweep-table", str(target))
     assert table.returncode == 0, table.stderr
-    assert len(table.stdout.strip().splitlines()) == 2 + len(report["cases"])
+    per_case, choices = table.stdout.strip().split("\n\n")
+    assert len(per_case.splitlines()) == 2 + len(report["cases"])
+    assert len(choices.splitlines()) == 2 + len(report["cases"])  # one op, two dtypes, one B
 
 
 def test_without_a_sweep_from_argument_the_sweep_starts_at_64_rows(tmp_path):
@@ -187,3 +189,25 @@ def test_the_sweep_alternates_the_shapes_round_by_round(bench):
     assert by_name["b"]["us"] == 6.0 and by_name["b"]["speed_vs_vllm"] == 2.0
     assert [r["config"]["name"] for r in rows] == ["default", "a", "b"]  # fastest first
     assert [r["default"] for r in rows] == [True, False, False]
+
+
+def test_the_one_shape_for_every_batch_size_is_the_one_least_behind_the_fastest(bench):
+    """Shape a is fastest at B = 64 but 1.5x behind at 1024; b is 1.1x behind at 64 and
+    fastest at 1024; c is 1.05x behind at both but missing at 1024's sweep: b is chosen."""
+
+    def case(batch: int, times: dict[str, float]) -> dict:
+        rows = sorted(
+            ({"config": {"name": n}, "us": t, "default": n == "a"} for n, t in times.items()),
+            key=lambda r: r["us"],
+        )
+        return {"op": "recurrent", "state_dtype": "bfloat16", "batch": batch, "sweep": rows}
+
+    report = {
+        "cases": [
+            case(64, {"a": 10.0, "b": 11.0, "c": 10.5}),
+            case(1024, {"a": 150.0, "b": 100.0}),
+        ]
+    }
+    choice = bench.sweep_choices(report)[("recurrent", "bfloat16")]
+    assert choice["config"] == {"name": "b"}
+    assert choice["worst"] == pytest.approx(1.1) and choice["worst_batch"] == 64
