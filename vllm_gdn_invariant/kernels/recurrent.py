@@ -262,13 +262,7 @@ def recurrent_step_kernel(
             )
             v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_next, other=0.0))
         h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
-        for j in tl.static_range(J):
-            mask = mask_v[:, None] & (j * C + o_c < K)
-            tl.store(
-                p_h + j * C * stride_state_k,
-                round_to(h[j], state.dtype.element_ty),
-                mask=mask,
-            )
+        store_state_block(p_h, h, mask_v, stride_state_k, K, C, J)
         tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
         if CHUNKS > 1:
             h = h_next
@@ -290,6 +284,16 @@ def load_state_block(p_h, mask_v, stride_k, K: tl.constexpr, C: tl.constexpr, J:
         mask = mask_v[:, None] & (j * C + o_c < K)
         h = h + (to_fp32(tl.load(p_h + j * C * stride_k, mask=mask, other=0.0)),)
     return h
+
+
+@triton.jit
+def store_state_block(p_h, h, mask_v, stride_k, K: tl.constexpr, C: tl.constexpr, J: tl.constexpr):
+    """``load_state_block``'s inverse: the J fp32 slabs ``h`` rounded to the state's dtype and
+    stored where that function loads them."""
+    o_c = tl.arange(0, C)[None, :]
+    for j in tl.static_range(J):
+        mask = mask_v[:, None] & (j * C + o_c < K)
+        tl.store(p_h + j * C * stride_k, round_to(h[j], p_h.dtype.element_ty), mask=mask)
 
 
 LAUNCH_RECURRENT = Launcher(recurrent_step_kernel, tensors=8)
