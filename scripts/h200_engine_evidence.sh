@@ -22,7 +22,8 @@
 #   kernel-sweep  the recurrent and conv kernels' launch shapes that bench_decode.py --sweep
 #                 times, checked for the goldens' bits, then timed at every batch size, the
 #                 largest first (alone on the GPU; the JSON is rewritten after every case;
-#                 python scripts/bench_decode.py --sweep-table $OUT/bench_decode_sweep.json)
+#                 python scripts/bench_decode.py --sweep-table $OUT/bench_decode_sweep.json);
+#                 one call: source scripts/h200_layer_env.sh instead of enter.sh, no stage.sh
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
