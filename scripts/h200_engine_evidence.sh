@@ -19,6 +19,10 @@
 #                 workload (1536 new tokens, rounds of ~9 s per arm) and inter-token latency,
 #                 9 rounds, each engine on its own share of the CPUs (alone on the GPU;
 #                 copy $OUT/bench_engine_golden.json to docs/evidence/)
+#   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
+#                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
+#                 GPU; copy $OUT/bench_decode.json to docs/evidence/); needs no stage.sh
+#                 either: source scripts/h200_layer_env.sh
 #   kernel-sweep  the recurrent and conv kernels' launch shapes that bench_decode.py --sweep
 #                 times, checked for the goldens' bits, then timed at every batch size, the
 #                 largest first (alone on the GPU; the JSON is rewritten after every case;
@@ -92,6 +96,12 @@ case $stage in
     job bench_engine_golden python scripts/bench_engine.py --arms route,golden \
       --workloads decode,itl --decode-new-tokens 1536 --rounds 9 --start-timeout 300 \
       --pin-cpus --out "$out/bench_engine_golden.json"
+    ;;
+  kernels)
+    now pytest_kernels 240 python -m pytest -q -p no:cacheprovider -rs \
+      tests/gpu/test_kernels_bitwise.py tests/gpu/test_kernels_launch.py
+    now bench_decode "$limit" python scripts/bench_decode.py --quick --rounds 7 --what-if \
+      --out "$out/bench_decode.json"
     ;;
   kernel-sweep)
     now pytest_sweep_shapes 180 python -m pytest -q -p no:cacheprovider -rs \

@@ -300,8 +300,6 @@ LAUNCH_RECURRENT = Launcher(recurrent_step_kernel, tensors=8)
 TILE_VECTOR_BYTES = 16  # each thread loads 16 contiguous bytes of a row per slab
 ROW_ELEMENTS_PER_THREAD = 32  # of one value row's K, per thread
 WARPS = 4
-ROWS_PER_THREAD = {torch.float32: 2, torch.bfloat16: 4}  # from 512 (row, value head) pairs up
-SMALL_BATCH_PAIRS = 512
 CONFIGS = 1024  # (dims, state dtype) pairs whose launch shape is kept
 
 
@@ -323,38 +321,88 @@ class RecurrentConfig:
     chunks: int = 1
 
 
+@dataclass(frozen=True)
+class ShapeRule:
+    """A launch shape independent of the head sizes: each thread holds ``row_elements`` of a
+    value row's padded K in vectors of ``vector_bytes``; a program of ``num_warps`` warps takes
+    ``chunks`` blocks of ``block_v`` value rows (each capped by the head's V)."""
+
+    row_elements: int
+    vector_bytes: int
+    block_v: int
+    num_warps: int
+    chunks: int
+
+
+# From the (batch row, value head) pair count on, per state dtype: the shapes that timed best
+# against vLLM 0.26.0's packed decode on an H100 at Qwen3-Next's heads (K = V = 128, 32 value
+# heads), B = 1 to 1024 (docs/kernels.md, "Launch shapes").
+SHAPE_RULES: dict[torch.dtype, tuple[tuple[int, ShapeRule], ...]] = {
+    torch.float32: (
+        (0, ShapeRule(row_elements=32, vector_bytes=16, block_v=8, num_warps=1, chunks=1)),
+        (512, ShapeRule(row_elements=16, vector_bytes=16, block_v=8, num_warps=1, chunks=1)),
+    ),
+    torch.bfloat16: (
+        (0, ShapeRule(row_elements=32, vector_bytes=8, block_v=8, num_warps=1, chunks=1)),
+        (256, ShapeRule(row_elements=32, vector_bytes=16, block_v=64, num_warps=2, chunks=1)),
+        (512, ShapeRule(row_elements=32, vector_bytes=8, block_v=16, num_warps=2, chunks=4)),
+        (1024, ShapeRule(row_elements=32, vector_bytes=16, block_v=16, num_warps=2, chunks=8)),
+    ),
+}
+
+
 def log2(n: int) -> int:
     """log2 of a power of two."""
     return n.bit_length() - 1
+
+
+def row_split(
+    head_k: int,
+    state_dtype: torch.dtype,
+    row_elements: int = ROW_ELEMENTS_PER_THREAD,
+    vector_bytes: int = TILE_VECTOR_BYTES,
+) -> tuple[int, int, int]:
+    """(log2_j, log2_cl, log2_vec) of a padded K row held ``row_elements`` per thread, in
+    vectors of ``vector_bytes``."""
+    block_k = next_power_of_2(head_k)
+    lanes = min(32, max(1, block_k // row_elements))
+    vec = max(1, min(vector_bytes // state_dtype.itemsize, block_k // lanes))
+    return log2(block_k // (lanes * vec)), log2(lanes), log2(vec)
+
+
+def shape_rule(pairs: int, state_dtype: torch.dtype) -> ShapeRule:
+    """The rule of SHAPE_RULES for ``pairs`` (batch rows x value heads)."""
+    rules = SHAPE_RULES[state_dtype]
+    return next(rule for start, rule in reversed(rules) if pairs >= start)
 
 
 @functools.lru_cache(maxsize=CONFIGS)
 def recurrent_config(
     dims: RecurrentDims, state_dtype: torch.dtype, interpreted: bool = INTERPRETED
 ) -> RecurrentConfig:
-    """The default launch shape for ``dims`` and the state dtype.
-
-    Each thread holds 32 elements of a value row's K, in 16-byte vectors, so a warp covers
-    32 / (K / 32) rows; 4 warps per program and 2 rows per thread for an fp32 state, 4 for a
-    bf16 state (1 below 512 (row, value head) pairs, for more programs). Under the interpreter
-    a program takes all V rows, which only shortens its Python loop.
-    """
-    block_k = next_power_of_2(dims.head_k)
-    lanes = min(32, max(1, block_k // ROW_ELEMENTS_PER_THREAD))
-    vec = min(TILE_VECTOR_BYTES // state_dtype.itemsize, block_k // lanes)
-    rows_per_warp = 32 // lanes
-    block_v = next_power_of_2(dims.head_v)
-    if not interpreted:
-        rows_per_thread = ROWS_PER_THREAD[state_dtype]
-        if dims.batch * dims.num_v_heads < SMALL_BATCH_PAIRS:
-            rows_per_thread = 1
-        block_v = min(block_v, rows_per_warp * WARPS * rows_per_thread)
+    """The default launch shape for ``dims`` and the state dtype: SHAPE_RULES' rule for the
+    batch's (row, value head) pairs. Under the interpreter a program takes all V rows over up
+    to 4 warps (32 elements of K per thread in 16-byte vectors), which only shortens its
+    Python loop."""
+    head_v = next_power_of_2(dims.head_v)
+    if interpreted:
+        log2_j, log2_cl, log2_vec = row_split(dims.head_k, state_dtype)
+        rows_per_warp = 32 >> log2_cl
+        return RecurrentConfig(
+            head_v, log2_j, log2_cl, log2_vec, max(1, min(WARPS, head_v // rows_per_warp))
+        )
+    rule = shape_rule(dims.batch * dims.num_v_heads, state_dtype)
+    log2_j, log2_cl, log2_vec = row_split(
+        dims.head_k, state_dtype, rule.row_elements, rule.vector_bytes
+    )
+    block_v = min(rule.block_v, head_v)
     return RecurrentConfig(
         block_v=block_v,
-        log2_j=log2(block_k // (lanes * vec)),
-        log2_cl=log2(lanes),
-        log2_vec=log2(vec),
-        num_warps=max(1, min(WARPS, block_v // rows_per_warp)),
+        log2_j=log2_j,
+        log2_cl=log2_cl,
+        log2_vec=log2_vec,
+        num_warps=max(1, min(rule.num_warps, block_v // (32 >> log2_cl))),
+        chunks=max(1, min(rule.chunks, head_v // block_v)),
     )
 
 

@@ -69,13 +69,11 @@ from .conv import TRITON_DTYPES, convolve
 from .elementary import INTERPRETED, round_to, to_fp32
 from .launch import Launcher, cdiv, next_power_of_2
 from .recurrent import (
-    RecurrentConfig,
-    RecurrentDims,
     delta_rule,
     gates,
     load_vector,
     qk_slabs,
-    recurrent_config,
+    row_split,
     vector_offsets,
 )
 
@@ -451,21 +449,12 @@ def replay_config(
     multiprocessors: int,
     interpreted: bool = INTERPRETED,
 ) -> ReplayConfig:
-    """The default launch shape (module docstring): the K split of the recurrent kernel's shape
-    (32 elements of a value row per thread, in 16-byte vectors) over 4 warps (fewer for short V),
+    """The default launch shape (module docstring): K split by ``row_split`` (32 elements of
+    a value row per thread, in 16-byte vectors) over 4 warps (fewer for short V),
     4 value rows per thread, halved down to 2 while the programs are fewer than the GPU's
     ``multiprocessors``; all V rows per program under the interpreter."""
-    recurrent_dims = RecurrentDims(
-        batch=dims.num_sequences,
-        num_k_heads=dims.num_k_heads,
-        num_v_heads=dims.num_v_heads,
-        head_k=dims.head_k,
-        head_v=dims.head_v,
-        scale=dims.scale,
-        use_qk_l2norm=dims.use_qk_l2norm,
-    )
-    split: RecurrentConfig = recurrent_config(recurrent_dims, state_dtype, interpreted)
-    rows_per_warp = 32 >> split.log2_cl
+    log2_j, log2_cl, log2_vec = row_split(dims.head_k, state_dtype)
+    rows_per_warp = 32 >> log2_cl
     block_v = next_power_of_2(dims.head_v)
     if not interpreted:
         block_v = min(block_v, rows_per_warp * WARPS * MAX_ROWS_PER_THREAD)
@@ -475,9 +464,9 @@ def replay_config(
             block_v //= 2
     return ReplayConfig(
         block_v=block_v,
-        log2_j=split.log2_j,
-        log2_cl=split.log2_cl,
-        log2_vec=split.log2_vec,
+        log2_j=log2_j,
+        log2_cl=log2_cl,
+        log2_vec=log2_vec,
         num_warps=max(1, min(WARPS, block_v // (rows_per_warp * MIN_ROWS_PER_THREAD))),
     )
 
