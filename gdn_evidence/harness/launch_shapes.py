@@ -2,13 +2,15 @@
 (``scripts/bench_decode.py --sweep``) and to check for bits on a GPU
 (``tests/gpu/test_kernels_bitwise.py``); a launch shape changes the speed, never the bits.
 
-Recurrent (``RecurrentConfig``): the default's split of the padded K (``J`` slabs x lanes x
-vector) and one other, half the vector for a 2-byte state (more slabs, fewer elements per
-shuffle level) and twice the lanes for fp32 (fewer registers); for each, programs of 1 warp
-with 1 or 2 value rows per thread and of 2 warps with 1, taking 1, 4, 8 or 16 blocks of value
-rows in turn (``chunks``: the per-program work, loads and norms of q and k and the gates, is
-shared by the blocks, and the next block's loads go out before this block's arithmetic); and
-the two shapes the earlier sweep found fastest (32 and 64 rows over 2 warps).
+Recurrent (``RecurrentConfig``): the plain split of the padded K (``J`` slabs x lanes x vector:
+``row_split``'s, 32 elements of a row per thread in 16-byte vectors) and one other, half the vector
+for a 2-byte state (more slabs, fewer elements per shuffle level) and twice the lanes for fp32
+(fewer registers); for each, programs of 1 warp with 1 or 2 value rows per thread and of 2 warps
+with 1, taking 1, 4, 8 or 16 blocks of value rows in turn (``chunks``: the per-program work, loads
+and norms of q and k and the gates, is shared by the blocks, and the next block's loads go out
+before this block's arithmetic); and the two shapes an earlier sweep found fastest (32 and 64 rows
+over 2 warps); and the shape that was the default before SHAPE_RULES (4 warps of 2 (fp32) or 4
+(bf16) value rows per thread).
 
 Conv (``ConvConfig``): 128 to 1024 channels per program over 1 to 8 warps.
 """
@@ -25,18 +27,21 @@ from vllm_gdn_invariant.kernels.validation import RecurrentDims
 CHUNKS = (1, 4, 8, 16)
 PROGRAMS = ((1, 1), (1, 2), (2, 1))  # (warps, value rows per thread)
 EARLIER_BEST_BLOCK_V = (32, 64)  # over 2 warps, chunks 1
+EARLIER_DEFAULT_ROWS_PER_THREAD = {torch.float32: 2, torch.bfloat16: 4}  # over 4 warps
 
 
-def other_split(default: recurrent_kernel.RecurrentConfig, state_dtype: torch.dtype):
-    """(log2_cl, log2_vec) of the second split of K: half the vector for a 2-byte state,
-    twice the lanes for a 4-byte one; None where there is none."""
+def other_split(plain: tuple[int, int, int], state_dtype: torch.dtype):
+    """(log2_cl, log2_vec) of the second split of K beside the plain (log2_j, log2_cl,
+    log2_vec): half the vector for a 2-byte state, twice the lanes for a 4-byte one; None
+    where there is none."""
+    log2_j, log2_cl, log2_vec = plain
     if state_dtype.itemsize <= 2:
-        if default.log2_vec == 0:
+        if log2_vec == 0:
             return None
-        return default.log2_cl, default.log2_vec - 1
-    if default.log2_cl >= 5 or default.log2_j == 0:
+        return log2_cl, log2_vec - 1
+    if log2_cl >= 5 or log2_j == 0:
         return None
-    return default.log2_cl + 1, default.log2_vec
+    return log2_cl + 1, log2_vec
 
 
 def recurrent_candidates(
@@ -44,32 +49,37 @@ def recurrent_candidates(
 ) -> list[recurrent_kernel.RecurrentConfig]:
     """The recurrent kernel's launch shapes of the module docstring, the default left out."""
     default = recurrent_kernel.recurrent_config(dims, state_dtype, interpreted=False)
-    width = default.log2_j + default.log2_cl + default.log2_vec
+    plain = recurrent_kernel.row_split(dims.head_k, state_dtype)
+    log2_j, log2_cl, log2_vec = plain
+    width = sum(plain)
     block_limit = next_power_of_2(dims.head_v)
-    splits = [(default.log2_cl, default.log2_vec)]
-    second = other_split(default, state_dtype)
+    splits = [(log2_cl, log2_vec)]
+    second = other_split(plain, state_dtype)
     if second is not None:
         splits.append(second)
     configs = []
-    for log2_cl, log2_vec in splits:
-        log2_j = width - log2_cl - log2_vec
-        rows_per_warp = 32 >> log2_cl
+    for split_cl, split_vec in splits:
+        rows_per_warp = 32 >> split_cl
         for num_warps, rows_per_thread in PROGRAMS:
             block_v = rows_per_warp * num_warps * rows_per_thread
             for chunks in CHUNKS:
                 if block_v * chunks <= block_limit:
                     configs.append(
                         recurrent_kernel.RecurrentConfig(
-                            block_v, log2_j, log2_cl, log2_vec, num_warps, chunks
+                            block_v, width - split_cl - split_vec, split_cl, split_vec, num_warps,
+                            chunks,
                         )
-                    )
+                    )  # fmt: skip
     for block_v in EARLIER_BEST_BLOCK_V:
-        if 2 * (32 >> default.log2_cl) <= block_v <= block_limit:
-            configs.append(
-                recurrent_kernel.RecurrentConfig(
-                    block_v, default.log2_j, default.log2_cl, default.log2_vec, 2
-                )
-            )
+        if 2 * (32 >> log2_cl) <= block_v <= block_limit:
+            configs.append(recurrent_kernel.RecurrentConfig(block_v, *plain, 2))
+    rows_per_warp = 32 >> log2_cl
+    earlier_block_v = rows_per_warp * 4 * EARLIER_DEFAULT_ROWS_PER_THREAD[state_dtype]
+    if dims.batch * dims.num_v_heads < 512:  # one row per thread there
+        earlier_block_v = rows_per_warp * 4
+    earlier_block_v = min(earlier_block_v, block_limit)
+    warps = max(1, min(4, earlier_block_v // rows_per_warp))
+    configs.append(recurrent_kernel.RecurrentConfig(earlier_block_v, *plain, warps))
     unique = list(dict.fromkeys(configs))
     return [c for c in unique if c != default]
 
