@@ -176,7 +176,9 @@ def compile_ours(state_dtype: torch.dtype, batch: int, capability: int, fusion: 
         dims, state_dtype=state_dtype, capability=capability, fusion=fusion
     )
     name = "ours_contracted" if fusion else "ours"
-    return Arm(name, compiled, "recurrent_step_kernel", config.block_v, config.num_warps)
+    return Arm(
+        name, compiled, "recurrent_step_kernel", config.block_v, config.num_warps, config.chunks
+    )
 
 
 def compile_recurrent_kernel(

@@ -28,8 +28,10 @@ QWEN3_NEXT = RecurrentDims(64, 16, 32, 128, 128, 128**-0.5, True)
 def test_recurrent_kernel_for_sm90_has_no_contraction(state_dtype):
     report = codegen.report_of(codegen.compile_recurrent(QWEN3_NEXT, state_dtype=state_dtype))
     assert report.clean, report
-    assert report.ptx_div_rn == 6 and report.ptx_sqrt_rn == 2  # q, k norms; log1p; sigmoid
-    assert report.ptx_rounded_ops > 500
+    # q, k norms, log1p, sigmoid: 6 divisions at least (a shape whose threads hold several
+    # slices of q or k repeats some), 2 square roots
+    assert report.ptx_div_rn >= 6 and report.ptx_sqrt_rn == 2
+    assert report.ptx_rounded_ops > 300  # the step's arithmetic was seen
 
 
 def test_recurrent_kernel_with_odd_dims_for_sm90_has_no_contraction():

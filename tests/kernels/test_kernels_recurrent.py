@@ -141,19 +141,42 @@ def test_every_launch_shape_the_sweep_times_gives_the_goldens_bits(kernels, stat
         assert same_bits(state, golden_state), config
 
 
-def test_default_launch_shapes_on_a_gpu_cover_qwen3_next(kernels):
-    """The GPU's launch shape for Qwen3-Next's heads: 32 elements of K per thread in 16-byte
-    vectors, 4 warps, 2 (fp32) or 4 (bf16) value rows per thread from 512 (row, head) pairs."""
+def test_default_launch_shapes_on_a_gpu_follow_the_shape_rules_at_qwen3_next(kernels):
+    """The GPU's launch shape for Qwen3-Next's heads (32 value heads) by batch size: fp32
+    programs of one warp over 8 value rows, 32 elements of K per thread below 512 (row, head)
+    pairs and 16 from there; bf16 one warp over 8 rows, then 64 rows over 2 warps, then blocks
+    of 16 rows over 2 warps taken 4 and 8 to a program."""
     dims = kernels.validation.RecurrentDims(64, 16, 32, 128, 128, 128**-0.5, True)
-    config = kernels.recurrent.recurrent_config
-    assert config(dims, torch.float32, interpreted=False) == kernels.recurrent.RecurrentConfig(
-        64, 3, 2, 2, 4
-    )
-    assert config(dims, torch.bfloat16, interpreted=False) == kernels.recurrent.RecurrentConfig(
-        128, 2, 2, 3, 4
-    )
-    small = dataclasses.replace(dims, batch=1)
-    assert config(small, torch.bfloat16, interpreted=False).block_v == 32
+    shape = kernels.recurrent.RecurrentConfig
+
+    def config(batch: int, state_dtype: torch.dtype):
+        at = dataclasses.replace(dims, batch=batch)
+        return kernels.recurrent.recurrent_config(at, state_dtype, interpreted=False)
+
+    for batch in (1, 8):
+        assert config(batch, torch.float32) == shape(8, 3, 2, 2, 1, 1)
+    for batch in (16, 64, 1024):
+        assert config(batch, torch.float32) == shape(8, 2, 3, 2, 1, 1)
+    assert config(4, torch.bfloat16) == shape(8, 3, 2, 2, 1, 1)
+    assert config(8, torch.bfloat16) == shape(64, 2, 2, 3, 2, 1)
+    assert config(16, torch.bfloat16) == shape(16, 3, 2, 2, 2, 4)
+    for batch in (32, 1024):
+        assert config(batch, torch.bfloat16) == shape(16, 2, 2, 3, 2, 8)
+
+
+def test_default_launch_shapes_fit_short_heads(kernels):
+    """Heads shorter than a rule's block: the block is the padded V, warps and blocks per
+    program shrink so that no thread holds a copy of a row and no block is wholly masked."""
+    for V, K in ((4, 7), (16, 33), (8, 128)):
+        for batch in (1, 8, 16, 64):
+            dims = kernels.validation.RecurrentDims(batch, 2, 32, K, V, K**-0.5, True)
+            for state_dtype in (torch.float32, torch.bfloat16):
+                c = kernels.recurrent.recurrent_config(dims, state_dtype, interpreted=False)
+                padded_v = kernels.launch.next_power_of_2(V)
+                assert c.block_v * c.chunks <= padded_v, (c, V)
+                rows_per_warp = 32 >> c.log2_cl
+                assert c.num_warps == 1 or c.block_v >= rows_per_warp * c.num_warps, c
+                assert 2 ** (c.log2_j + c.log2_cl + c.log2_vec) == kernels.launch.next_power_of_2(K)
 
 
 def test_strided_inputs_and_a_state_inside_a_wider_buffer(kernels):
