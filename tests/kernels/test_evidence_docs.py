@@ -123,6 +123,8 @@ LOOSE = [  # cells of the current run the doc calls loose
 CHANGED_SINCE_THE_GPU_RUN = {  # each named in the doc
     "vllm_gdn_invariant/kernels/validation.py",
     "vllm_gdn_invariant/kernels/recurrent.py",
+    "vllm_gdn_invariant/kernels/conv.py",
+    "vllm_gdn_invariant/kernels/replay.py",
 }
 RECURRENT = "vllm_gdn_invariant/kernels/recurrent.py"
 
@@ -168,24 +170,28 @@ def recurrent_at(commit: str, folder: Path) -> ModuleType:
     return module
 
 
-def default_sass(module: ModuleType, batch: int, state_dtype: torch.dtype, norm: bool) -> str:
-    """The disassembly of ``module``'s recurrent kernel compiled for sm_90 at its default
-    launch shape for Qwen3-Next's heads."""
+def sass_at(
+    module: ModuleType, shapes: ModuleType, batch: int, state_dtype: torch.dtype, norm: bool
+) -> str:
+    """The disassembly of ``module``'s recurrent kernel compiled for sm_90 at the default
+    launch shape of ``shapes`` (a version of ``kernels/recurrent.py``) for Qwen3-Next's heads."""
     dims = RecurrentDims(batch, 16, 32, 128, 128, 128**-0.5, norm)
-    config = module.recurrent_config(dims, state_dtype, interpreted=False)
+    config = shapes.recurrent_config(dims, state_dtype, interpreted=False)
+    if not hasattr(config, "chunks"):
+        config = recurrent.RecurrentConfig(**config.__dict__)
     compiled = compile_recurrent_kernel(module, dims, state_dtype, config)
     return codegen.sass_of(compiled.asm["cubin"])
 
 
-def test_the_changed_kernel_compiles_to_the_gpu_runs_code_at_the_default_launch_shapes(tmp_path):
-    """docs/kernels.md says recurrent.py changed since the GPU run but compiles, at its default
-    launch shapes, to the machine code the run checked and timed: the whole sm_90 disassembly
-    of both versions, fp32 and bf16 state, B = 1 and 64 (the two default shapes), QK norm on
-    and off."""
+def test_the_changed_kernel_compiles_to_the_gpu_runs_code_at_its_launch_shapes(tmp_path):
+    """docs/kernels.md says recurrent.py changed since the GPU run but compiles, at that run's
+    default launch shapes, to the machine code the run checked and timed: the whole sm_90
+    disassembly of both versions at the run's shapes, fp32 and bf16 state, B = 1 and 64 (the
+    run's two default shapes), QK norm on and off."""
     commit = json.loads(CURRENT.read_text())["provenance"]["git_commit"]
     assert (
-        f"`kernels/recurrent.py` compiles at its default launch shapes to the machine code of "
-        f"{commit[:7]}" in flat_doc()
+        f"`kernels/recurrent.py` compiles at {commit[:7]}'s default launch shapes to the machine "
+        f"code of {commit[:7]}" in flat_doc()
     )
     then = recurrent_at(commit, tmp_path)
     for state_dtype, batch, norm in [
@@ -195,8 +201,8 @@ def test_the_changed_kernel_compiles_to_the_gpu_runs_code_at_the_default_launch_
         (torch.bfloat16, 64, True),
         (torch.bfloat16, 64, False),
     ]:
-        assert default_sass(recurrent, batch, state_dtype, norm) == default_sass(
-            then, batch, state_dtype, norm
+        assert sass_at(recurrent, then, batch, state_dtype, norm) == sass_at(
+            then, then, batch, state_dtype, norm
         ), (state_dtype, batch, norm)
 
 
