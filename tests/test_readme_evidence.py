@@ -309,10 +309,6 @@ def kernel_claims() -> list[str]:
         f"with a bfloat16 state ours issues {bf16_instruction_ratio():.2f}× vLLM's instructions "
         "per state element",
         f"fewer, ran at {span(what_if, '.2f')}×, so the goldens keep their arithmetic",
-        f"in programs of one warp over 16 blocks the kernel issues "
-        f"{bf16_instruction_ratio('ours_chunked', 'sass_mix_triton3.6.0.json'):.2f}× vLLM "
-        "0.26.0's instructions per element with a bfloat16 state (static count, Triton 3.6.0), "
-        "not yet timed",
         f"update {conv_fp32:.2f}× and more with a float32 cache, "
         f"{span(of('conv', 'speed_vs_vllm', 'bfloat16', (64, 512, 1024)), '.2f')}× with bfloat16 "
         "at B = 64, 512 and 1024",

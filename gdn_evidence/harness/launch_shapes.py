@@ -22,7 +22,7 @@ import torch
 from vllm_gdn_invariant.kernels import conv as conv_kernel
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 from vllm_gdn_invariant.kernels.launch import next_power_of_2
-from vllm_gdn_invariant.kernels.validation import RecurrentDims
+from vllm_gdn_invariant.kernels.validation import ConvDims, RecurrentDims
 
 CHUNKS = (1, 4, 8, 16)
 PROGRAMS = ((1, 1), (1, 2), (2, 1))  # (warps, value rows per thread)
@@ -92,3 +92,26 @@ def conv_candidates() -> list[conv_kernel.ConvConfig]:
         for num_warps in (1, 2, 4, 8)
         if 32 * num_warps <= block_d
     ]
+
+
+def qwen3_next_default(op: str, batch: int, state_dtype: torch.dtype) -> dict:
+    """The package's default launch shape of ``op`` at Qwen3-Next's heads (16 key heads, 32
+    value heads, K = V = 128; 8192 conv channels, W = 4), as the sweep records shapes."""
+    if op == "recurrent":
+        dims = RecurrentDims(batch, 16, 32, 128, 128, 128**-0.5, True)
+        return recurrent_kernel.recurrent_config(dims, state_dtype, interpreted=False).__dict__
+    if op == "conv":
+        dims = ConvDims(batch, 8192, 4, True, True)
+        return conv_kernel.conv_config(dims, interpreted=False).__dict__
+    raise ValueError(f"no launch shape for op {op!r}")
+
+
+def default_sweep_row(case: dict) -> dict:
+    """The row of a ``bench_decode.py --sweep`` case (one op, state dtype and batch size) that
+    times the package's default shape now; ValueError where the sweep did not time it."""
+    state_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[case["state_dtype"]]
+    shape = qwen3_next_default(case["op"], case["batch"], state_dtype)
+    rows = [r for r in case["sweep"] if r["config"] == shape]
+    if len(rows) != 1:
+        raise ValueError(f"{case['op']} at B = {case['batch']}: the sweep did not time {shape}")
+    return rows[0]
