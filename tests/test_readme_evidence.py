@@ -285,7 +285,8 @@ def routing_claims() -> list[str]:
 
 
 def kernel_claims() -> list[str]:
-    cases = [c for c in load(EVIDENCE / "bench_decode.json")["cases"] if c["batch"] >= 64]
+    at_613a30b = EVIDENCE / "h200_engine" / "613a30b" / "bench_decode.json"
+    cases = [c for c in load(at_613a30b)["cases"] if c["batch"] >= 64]
 
     def of(op: str, key: str, state: str | None = None, batches=None) -> list[float]:
         return [

@@ -1,5 +1,5 @@
 """docs/kernels.md's speed tables and verdicts are what their evidence files say: the run at
-613a30b (docs/evidence/bench_decode.json), the one at 67cd0fa before it
+613a30b (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at 67cd0fa before it
 (docs/evidence/h200_engine/67cd0fa/bench_decode.json) and the earlier one with vLLM 0.34.0's
 kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
 
@@ -23,7 +23,8 @@ from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
-CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"
+CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest run of the kernels
+AT_613A30B = ROOT / "docs" / "evidence" / "h200_engine" / "613a30b" / "bench_decode.json"
 PREVIOUS = ROOT / "docs" / "evidence" / "h200_engine" / "67cd0fa" / "bench_decode.json"
 BENCH_DECODE = ROOT / "scripts" / "bench_decode.py"
 DOC = ROOT / "docs" / "kernels.md"
@@ -86,20 +87,20 @@ def test_the_public_functions_speed_is_quoted():
 
 
 def current_cases(min_batch: int = 64) -> list[dict]:
-    return [c for c in json.loads(CURRENT.read_text())["cases"] if c["batch"] >= min_batch]
+    return [c for c in json.loads(AT_613A30B.read_text())["cases"] if c["batch"] >= min_batch]
 
 
-def test_the_current_table_is_the_evidence_files():
+def test_the_613a30b_table_is_the_evidence_files():
     table = subprocess.run(
-        [sys.executable, str(BENCH_DECODE), "--table", str(CURRENT)],
+        [sys.executable, str(BENCH_DECODE), "--table", str(AT_613A30B)],
         check=True,
         capture_output=True,
         text=True,
         timeout=300,
     ).stdout.strip()
     doc = DOC.read_text()
-    block = doc.split("<!-- bench-decode-table -->\n", 1)[1].split(
-        "\n<!-- /bench-decode-table -->"
+    block = doc.split("<!-- bench-decode-table-613a30b -->\n", 1)[1].split(
+        "\n<!-- /bench-decode-table-613a30b -->"
     )[0]
     assert block == table
 
@@ -209,7 +210,7 @@ def test_the_changed_kernel_compiles_to_the_gpu_runs_code_at_its_launch_shapes(t
 def test_the_loose_cells_are_the_machines():
     """In the loose cells vLLM's own kernels (the same in both runs) took over 1.3x their time in
     the run before; in every other cell from B = 64 up they took it within 1.15x."""
-    current, previous = by_cell(CURRENT), by_cell(PREVIOUS)
+    current, previous = by_cell(AT_613A30B), by_cell(PREVIOUS)
     moved = {
         cell: current[cell]["us"]["vllm"] / previous[cell]["us"]["vllm"]
         for cell in current
@@ -224,7 +225,7 @@ def test_the_loose_cells_are_the_machines():
     assert f"(every other cell from B = 64 up within {max(others):.2f}x)" in doc
 
 
-def test_the_current_runs_quoted_ranges_and_misses():
+def test_the_613a30b_runs_quoted_ranges_and_misses():
     large = current_cases()
     clean = [c for c in large if (c["op"], c["state_dtype"], c["batch"]) not in LOOSE]
 
@@ -252,7 +253,7 @@ def test_the_current_runs_quoted_ranges_and_misses():
     assert set(bf16) == {64, 512, 1024}
     assert f"with bf16 it is {bf16[64]:.2f}x at B = 64, {bf16[512]:.2f}x at B = 512 and 1024" in doc
     assert f"{bf16[1024]:.2f}" == f"{bf16[512]:.2f}"
-    misses = json.loads(CURRENT.read_text())["summary"]["api_bound_misses"]
+    misses = json.loads(AT_613A30B.read_text())["summary"]["api_bound_misses"]
     missed = {(m["op"], m["state_dtype"], m["batch"]) for m in misses}
     assert missed - set(LOOSE) == {("conv", "float32", 64)}  # the one miss of a clean cell
     assert f"the API bound is missed {len(misses)} times of {len(current_cases(0))}" in doc
