@@ -123,8 +123,8 @@ WIDE = ConvConfig(block_d=256, num_warps=8)
 def conv_config(dims: ConvDims, interpreted: bool = INTERPRETED) -> ConvConfig:
     """128 channels over 4 warps per program; 256 over 8 from WIDE_BATCH_CHANNELS batch rows x
     channels on (the shapes that timed best against vLLM 0.26.0's conv update on an H100 at
-    Qwen3-Next's 8192 channels, docs/kernels.md). The whole row (up to 4096 channels) under the
-    interpreter, which only makes its Python loop shorter."""
+    Qwen3-Next's 8192 channels, docs/kernels.md, "Launch shapes, timed"). The whole row (up to
+    4096 channels) under the interpreter, which only makes its Python loop shorter."""
     if interpreted:
         return ConvConfig(block_d=min(next_power_of_2(dims.dim), 4096), num_warps=4)
     return WIDE if dims.batch * dims.dim >= WIDE_BATCH_CHANNELS else NARROW

@@ -336,7 +336,7 @@ class ShapeRule:
 
 # From the (batch row, value head) pair count on, per state dtype: the shapes that timed best
 # against vLLM 0.26.0's packed decode on an H100 at Qwen3-Next's heads (K = V = 128, 32 value
-# heads), B = 1 to 1024 (docs/kernels.md, "Launch shapes").
+# heads), B = 1 to 1024 (docs/kernels.md, "Launch shapes, timed").
 SHAPE_RULES: dict[torch.dtype, tuple[tuple[int, ShapeRule], ...]] = {
     torch.float32: (
         (0, ShapeRule(row_elements=32, vector_bytes=16, block_v=8, num_warps=1, chunks=1)),
