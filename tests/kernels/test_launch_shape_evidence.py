@@ -84,3 +84,21 @@ def test_the_docs_and_readme_quote_the_sweep():
         f"({s['bf16_earlier']}× at the earlier shapes) and {s['fp32_from_32']}× with float32, "
         f"the conv at {s['conv_bf16']}× with a bfloat16 cache from B = 64 up" in readme
     )
+
+
+def test_every_default_is_a_shape_the_gpu_bitwise_test_checked():
+    """The sweep's GPU test (``launch_shapes_of_the_sweep``, passed in the same call) checks
+    every shape timed at B = 64 but that run's own default; every default now, at every batch
+    size, is one of them."""
+    cases = json.loads(SWEEP.read_text())["cases"]
+    checked = {
+        (c["op"], c["state_dtype"]): [r["config"] for r in c["sweep"] if not r["default"]]
+        for c in cases
+        if c["batch"] == 64
+    }
+    log = (SWEEP.parent / "pytest_sweep_shapes.log").read_text()
+    assert "6 passed" in log and "failed" not in log
+    for case in cases:
+        row = default_sweep_row(case)
+        assert not row["default"], (case["op"], case["batch"])
+        assert row["config"] in checked[(case["op"], case["state_dtype"])]
