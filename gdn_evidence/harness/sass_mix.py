@@ -35,7 +35,6 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import torch
 import triton
@@ -181,39 +180,10 @@ def compile_ours(state_dtype: torch.dtype, batch: int, capability: int, fusion: 
     )
 
 
-def compile_recurrent_kernel(
-    module: ModuleType,
-    dims: RecurrentDims,
-    state_dtype: torch.dtype,
-    config: recurrent.RecurrentConfig,
-    capability: int = 90,
-):
-    """``module.recurrent_step_kernel`` (``kernels.recurrent``, or another version of that
-    module) compiled for sm_``capability`` at ``config``, contraction off, on meta tensors:
-    bf16 inputs, a state pool of 1024 blocks."""
-    H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k, dims.head_v
-    gate = codegen.meta((dims.batch, HV), torch.bfloat16)
-    _, arguments, constexprs = module.kernel_arguments(
-        codegen.meta((dims.batch, 2 * H * K + HV * V), torch.bfloat16),
-        gate,
-        gate,
-        codegen.meta((HV,), torch.float32),
-        codegen.meta((HV,), torch.float32),
-        codegen.meta((dims.batch, 1, HV, V), torch.bfloat16),
-        codegen.meta((1024, HV, V, K), state_dtype),
-        codegen.meta((dims.batch,), torch.int32),
-        dims,
-        config,
-    )
-    return codegen.compile_kernel(
-        module.recurrent_step_kernel, arguments, constexprs, config.num_warps, capability, False
-    )
-
-
 def compile_chunked(state_dtype: torch.dtype, batch: int, capability: int) -> Arm:
     """The golden-matched kernel at ``CHUNKED``."""
-    compiled = compile_recurrent_kernel(
-        recurrent, dims_for(batch), state_dtype, CHUNKED, capability
+    compiled = codegen.compile_recurrent(
+        dims_for(batch), state_dtype=state_dtype, capability=capability, config=CHUNKED
     )
     return Arm(
         "ours_chunked",
@@ -348,7 +318,9 @@ def candidate_counts(batch: int = 64, capability: int = 90) -> list[dict]:
         dims = dims_for(batch)
         default = recurrent.recurrent_config(dims, state_dtype, interpreted=False)
         for config in [default, *launch_shapes.recurrent_candidates(dims, state_dtype)]:
-            compiled = compile_recurrent_kernel(recurrent, dims, state_dtype, config, capability)
+            compiled = codegen.compile_recurrent(
+                dims, state_dtype=state_dtype, capability=capability, config=config
+            )
             arm = Arm(
                 "ours" if config == default else "candidate",
                 compiled,

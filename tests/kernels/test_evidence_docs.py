@@ -17,7 +17,6 @@ from types import ModuleType
 import pytest
 import torch
 
-from gdn_evidence.harness.sass_mix import compile_recurrent_kernel
 from vllm_gdn_invariant.kernels import codegen, recurrent
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
@@ -126,6 +125,7 @@ CHANGED_SINCE_THE_GPU_RUN = {  # each named in the doc
     "vllm_gdn_invariant/kernels/recurrent.py",
     "vllm_gdn_invariant/kernels/conv.py",
     "vllm_gdn_invariant/kernels/replay.py",
+    "vllm_gdn_invariant/kernels/codegen.py",
 }
 RECURRENT = "vllm_gdn_invariant/kernels/recurrent.py"
 
@@ -180,7 +180,9 @@ def sass_at(
     config = shapes.recurrent_config(dims, state_dtype, interpreted=False)
     if not hasattr(config, "chunks"):
         config = recurrent.RecurrentConfig(**config.__dict__)
-    compiled = compile_recurrent_kernel(module, dims, state_dtype, config)
+    compiled = codegen.compile_recurrent(
+        dims, state_dtype=state_dtype, config=config, module=module
+    )
     return codegen.sass_of(compiled.asm["cubin"])
 
 

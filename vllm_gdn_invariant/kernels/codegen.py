@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import ModuleType
 
 import torch
 import triton
@@ -277,16 +278,20 @@ def compile_recurrent(
     num_blocks: int = 1024,
     capability: int = 90,
     fusion: bool = False,
+    config: recurrent_module.RecurrentConfig | None = None,
+    module: ModuleType = recurrent_module,
 ):
-    """recurrent_step_kernel compiled for ``sm_<capability>`` with the default launch shape
-    (``fusion=True`` compiles it with contraction on, for comparison)."""
+    """``module.recurrent_step_kernel`` (``kernels.recurrent``, or another version of that
+    module) compiled for ``sm_<capability>`` at ``config``, by default the module's default
+    launch shape (``fusion=True`` compiles it with contraction on, for comparison)."""
     H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k, dims.head_v
     mixed_qkv = meta((dims.batch, 2 * H * K + HV * V), mixed_dtype)
     gates = meta((dims.batch, HV), mixed_dtype)
     out = meta((dims.batch, 1, HV, V), mixed_dtype)
     state = meta((num_blocks, HV, V, K), state_dtype)
-    config = recurrent_module.recurrent_config(dims, state_dtype, interpreted=False)
-    _, arguments, constexprs = recurrent_module.kernel_arguments(
+    if config is None:
+        config = module.recurrent_config(dims, state_dtype, interpreted=False)
+    _, arguments, constexprs = module.kernel_arguments(
         mixed_qkv,
         gates,
         gates,
@@ -299,7 +304,7 @@ def compile_recurrent(
         config,
     )
     return compile_kernel(
-        recurrent_module.recurrent_step_kernel,
+        module.recurrent_step_kernel,
         arguments,
         constexprs,
         config.num_warps,
