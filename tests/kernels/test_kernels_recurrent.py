@@ -120,8 +120,9 @@ def test_blocks_of_value_rows_taken_one_after_another_change_no_bits(kernels, V,
 
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_every_launch_shape_the_sweep_times_gives_the_goldens_bits(kernels, state_dtype):
-    """The sweep's candidates (gdn_evidence/harness/launch_shapes.py) for K = 128 and V = 64:
-    blocks of 4 to 64 value rows, up to 16 per program; an active row and an inactive one."""
+    """The sweep's candidates (gdn_evidence/harness/launch_shapes.py) for K = 128 and V = 64,
+    blocks of 4 to 64 value rows, up to 16 per program, and the GPU defaults of every shape
+    rule there; an active row and an inactive one."""
     dims = RecurrentDims(2, 1, 1, 128, 64, 128**-0.5, True)
     case = build_recurrent_case(
         2, H=1, HV=1, K=128, V=64, state_dtype=state_dtype, inactive=(1,), seed=5
@@ -129,7 +130,15 @@ def test_every_launch_shape_the_sweep_times_gives_the_goldens_bits(kernels, stat
     golden_out, golden_state = golden_recurrent_step(*case.args(), **case.kwargs)
     candidates = recurrent_candidates(dims, state_dtype)
     assert any(c.chunks > 1 for c in candidates)
-    for config in candidates:
+    rules = kernels.recurrent.SHAPE_RULES[state_dtype]
+    defaults = {
+        kernels.recurrent.recurrent_config(
+            dataclasses.replace(dims, batch=max(1, pairs)), state_dtype, interpreted=False
+        )
+        for pairs, _ in rules
+    }
+    assert len(defaults) == len(rules)
+    for config in [*defaults, *candidates]:
         state = case.state.clone()
         args = (case.mixed_qkv, case.a, case.b, case.A_log, case.dt_bias, state)
         checked = kernels.validation.check_recurrent_args(
