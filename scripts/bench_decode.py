@@ -46,7 +46,8 @@ rounds that each time every shape once, medians fastest first, each with vLLM's 
 at every swept batch size.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
-no golden has its bits) at the default launch shape: ``what_if`` holds its medians and vLLM's
+no golden has its bits) at the default launch shape's block of value rows and warps, one block
+per program (it takes no blocks in turn): ``what_if`` holds its medians and vLLM's
 time over each. Not with an fp32 state, where that kernel spills under Triton 3.9.0
 (``scripts/sass_mix.py``).
 
@@ -465,8 +466,9 @@ def sweep_launch_shapes(arms: dict, configs: list, vllm_us: float, clock: GpuClo
 
 
 def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
-    """The what-if kernel without and with FMAs at the default launch shape, each on its own
-    copy of the state: median of three do_bench times, and vLLM's time over each."""
+    """The what-if kernel without and with FMAs at the default launch shape (one block of value
+    rows per program: it takes no blocks in turn), each on its own copy of the state: median
+    of three do_bench times, and vLLM's time over each."""
     dims, config = arms["_dims"], arms["_config"]
     heads = {"H": dims.num_k_heads, "HV": dims.num_v_heads, "K": dims.head_k, "V": dims.head_v}
     gates = (x["mixed_qkv"], x["a"], x["b"], x["A_log"], x["dt_bias"])

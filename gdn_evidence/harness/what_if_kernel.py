@@ -13,7 +13,8 @@ the golden's pairwise halves over the group sums; with ``FMA`` the first product
 is fused (``fma(x_lo, y_lo, x_hi * y_hi)``) and so is the update (``fma(v, k, h)``). The golden's
 order pairs k with k + K/2 first, which puts the lanes' bits of k before the registers' and makes
 every lane level add a thread's whole vector. Contiguous inputs, a power-of-two K held whole by
-the launch shape (``kernels.recurrent.recurrent_config``'s), V a multiple of its rows.
+the launch shape (``kernels.recurrent.recurrent_config``'s; one block of value rows per
+program, whatever its ``chunks``), V a multiple of its rows.
 """
 
 from __future__ import annotations
