@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from gdn_evidence.harness.layer import STATE_DTYPES
 from vllm_gdn_invariant.kernels import conv as conv_kernel
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 from vllm_gdn_invariant.kernels.launch import next_power_of_2
@@ -109,8 +110,7 @@ def qwen3_next_default(op: str, batch: int, state_dtype: torch.dtype) -> dict:
 def default_sweep_row(case: dict) -> dict:
     """The row of a ``bench_decode.py --sweep`` case (one op, state dtype and batch size) that
     times the package's default shape now; ValueError where the sweep did not time it."""
-    state_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[case["state_dtype"]]
-    shape = qwen3_next_default(case["op"], case["batch"], state_dtype)
+    shape = qwen3_next_default(case["op"], case["batch"], STATE_DTYPES[case["state_dtype"]])
     rows = [r for r in case["sweep"] if r["config"] == shape]
     if len(rows) != 1:
         raise ValueError(f"{case['op']} at B = {case['batch']}: the sweep did not time {shape}")
