@@ -31,7 +31,8 @@ def test_recurrent_kernel_for_sm90_has_no_contraction(state_dtype):
     # q, k norms, log1p, sigmoid: 6 divisions at least (a shape whose threads hold several
     # slices of q or k repeats some), 2 square roots
     assert report.ptx_div_rn >= 6 and report.ptx_sqrt_rn == 2
-    assert report.ptx_rounded_ops > 300  # the step's arithmetic was seen
+    # the step's arithmetic was seen (measured 409 fp32, 425 bf16 at the defaults)
+    assert report.ptx_rounded_ops > 300
 
 
 def test_recurrent_kernel_with_odd_dims_for_sm90_has_no_contraction():
