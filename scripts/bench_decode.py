@@ -36,7 +36,9 @@ bytes timed in the same round, and of a 1 GiB copy. Ratios are vLLM's time / our
 at least as fast): ``speed_vs_vllm`` (do_bench), ``speed_vs_vllm_wall``,
 ``speed_vs_vllm_device``. ``api_bound`` compares the public functions' wall time with their
 launch's (``ours_api`` vs ``ours``): within the bound when the API takes at most 1.25x the
-launch's wall time at B >= 64 and at most 50 µs more below. ``summary`` lists the cases below
+launch's wall time at B >= 64 and at most 50 µs more below; its ``checks_us`` is the host time
+per call of the public functions' checks alone (argument checks and launch-shape lookup, their
+verdicts kept, nothing launched; median over the rounds). ``summary`` lists the cases below
 1.0 and the API bound's misses. ``--sweep`` also times the default and other launch shapes of
 the recurrent kernel (``gdn_evidence/harness/launch_shapes.py``: splits of K, warps, value rows
 per thread, blocks of value rows per program), ``--sweep conv`` (or ``recurrent,conv``) of the
@@ -188,6 +190,17 @@ def wall_us(clock: GpuClock, fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
+CHECK_CALLS = 200  # calls per round timing the public functions' checks alone
+
+
+def host_us(fn: Callable[[], object], calls: int) -> float:
+    """Host time per call of ``calls`` calls of ``fn``, which launches nothing."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def wall_calls(settings: Settings, us: float) -> int:
     """Enough calls of about ``us`` each to last the wall target."""
     calls = int(settings.wall_target_ms * 1e3 / max(us, 1.0))
@@ -270,7 +283,20 @@ def recurrent_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     def ours_api():
         recurrent_step(*gates, api_state, x["state_indices"], **kwargs)
 
-    return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_dims": dims, "_config": config}
+    def checks():
+        checked = check_recurrent_args(
+            *gates, api_state, x["state_indices"], **kwargs, interpreted=interpreted
+        )
+        recurrent_kernel.recurrent_config(checked, api_state.dtype)
+
+    return {
+        "vllm": vllm,
+        "ours": ours,
+        "ours_api": ours_api,
+        "_checks": checks,
+        "_dims": dims,
+        "_config": config,
+    }
 
 
 def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
@@ -307,7 +333,17 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     def ours_api():
         conv_update(x["x"], api_state, x["weight"], x["state_indices"])
 
-    return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_config": config}
+    def checks():
+        checked = check_conv_args(
+            x["x"],
+            api_state,
+            x["weight"],
+            x["state_indices"],
+            interpreted=conv_kernel.INTERPRETED,
+        )
+        conv_kernel.conv_config(checked)
+
+    return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_checks": checks, "_config": config}
 
 
 def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
@@ -354,11 +390,26 @@ def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
         mixed_qkv = conv_update(x["x"], conv_states[2], x["weight"], indices)
         recurrent_step(mixed_qkv, *gates, states[2], indices, num_k_heads=x["H"], scale=x["scale"])
 
-    return {"vllm": vllm, "ours": ours, "ours_api": ours_api}
+    conv_out = x["x"].new_empty(x["x"].shape)  # what conv_update returns: checked, not read
+
+    def checks():
+        interpreted = conv_kernel.INTERPRETED
+        conv_dims = check_conv_args(
+            x["x"], conv_states[2], x["weight"], indices, interpreted=interpreted
+        )
+        conv_kernel.conv_config(conv_dims)
+        dims = check_recurrent_args(
+            conv_out, *gates, states[2], indices, num_k_heads=x["H"], scale=x["scale"],
+            use_qk_l2norm=True, interpreted=interpreted,
+        )  # fmt: skip
+        recurrent_kernel.recurrent_config(dims, states[2].dtype)
+
+    return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_checks": checks}
 
 
-def api_bound(batch: int, api_wall: float, launch_wall: float) -> dict:
-    """The public functions' wall time against their launch's (module docstring)."""
+def api_bound(batch: int, api_wall: float, launch_wall: float, checks: float | None = None) -> dict:
+    """The public functions' wall time against their launch's (module docstring), with the host
+    time of their checks alone (``checks``)."""
     ratio, excess = api_wall / launch_wall, api_wall - launch_wall
     if batch >= API_LARGE_BATCH:
         bound, within = f"api_wall <= {API_RATIO_BOUND} * launch_wall", ratio <= API_RATIO_BOUND
@@ -370,6 +421,7 @@ def api_bound(batch: int, api_wall: float, launch_wall: float) -> dict:
         "launch_wall_us": round(launch_wall, 2),
         "ratio": round(ratio, 3),
         "excess_us": round(excess, 2),
+        "checks_us": None if checks is None else round(checks, 2),
         "bound": bound,
         "within": within,
     }
@@ -399,6 +451,7 @@ def time_arms(
     bench = {name: [] for name in fns}
     wall = {name: [] for name in fns}
     device = {name: [] for name in ARMS}
+    checks: list[float] = []
     calls: dict[str, int] = {}
     for _ in range(settings.rounds):
         for name, fn in fns.items():
@@ -407,6 +460,8 @@ def time_arms(
             wall[name].append(wall_us(clock, fn, calls[name]))
             if name in device:
                 device[name].append(clock.device_us(fn))
+        if "_checks" in arms:
+            checks.append(host_us(arms["_checks"], CHECK_CALLS))
     us = {name: statistics.median(s) for name, s in bench.items()}
     wall_med = {name: statistics.median(s) for name, s in wall.items()}
     kernel = {name: median(s) for name, s in device.items()}
@@ -432,7 +487,9 @@ def time_arms(
         "speed_vs_vllm_api": ratio(us["vllm"], us["ours_api"]),
         "speed_vs_vllm_wall": ratio(wall_med["vllm"], wall_med["ours"]),
         "speed_vs_vllm_device": ratio(kernel["vllm"], kernel["ours"]),
-        "api_bound": api_bound(batch, wall_med["ours_api"], wall_med["ours"]),
+        "api_bound": api_bound(
+            batch, wall_med["ours_api"], wall_med["ours"], median(checks) if checks else None
+        ),
     }
 
 

@@ -75,6 +75,7 @@ def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, be
         assert set(case["kernel_us"]) == set(bench.ARMS)
         assert all(t > 0 for t in case["wall_us"].values())
         assert case["kernel_us"]["ours"] is None  # no device time on CPU
+        assert case["api_bound"]["checks_us"] > 0  # the public functions' checks, timed alone
     assert "config" in next(c for c in cases if c["op"] == "recurrent")
     for case in cases:  # --what-if: beside the recurrent cases with a bf16 state only
         if case["op"] == "recurrent" and case["state_dtype"] == "bfloat16":
