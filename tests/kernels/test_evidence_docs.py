@@ -5,25 +5,23 @@ kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import statistics
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-import torch
-
-from vllm_gdn_invariant.kernels import codegen, recurrent
-from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
 CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest run of the kernels
 AT_613A30B = ROOT / "docs" / "evidence" / "h200_engine" / "613a30b" / "bench_decode.json"
+ENGINE_CURRENT = ROOT / "docs" / "evidence" / "bench_engine_golden.json"
+ENGINE_AT_613A30B = (
+    ROOT / "docs" / "evidence" / "h200_engine" / "613a30b" / "bench_engine_golden.json"
+)
 PREVIOUS = ROOT / "docs" / "evidence" / "h200_engine" / "67cd0fa" / "bench_decode.json"
 BENCH_DECODE = ROOT / "scripts" / "bench_decode.py"
 DOC = ROOT / "docs" / "kernels.md"
@@ -120,16 +118,6 @@ LOOSE = [  # cells of the current run the doc calls loose
 ]
 
 
-CHANGED_SINCE_THE_GPU_RUN = {  # each named in the doc
-    "vllm_gdn_invariant/kernels/validation.py",
-    "vllm_gdn_invariant/kernels/recurrent.py",
-    "vllm_gdn_invariant/kernels/conv.py",
-    "vllm_gdn_invariant/kernels/replay.py",
-    "vllm_gdn_invariant/kernels/codegen.py",
-}
-RECURRENT = "vllm_gdn_invariant/kernels/recurrent.py"
-
-
 def git(*arguments: str) -> str:
     """``git``'s output in this checkout; the test skips where git or the commit is missing."""
     try:
@@ -144,69 +132,139 @@ def git(*arguments: str) -> str:
 
 
 def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
-    """docs/kernels.md says the package has not changed since the GPU run's commit but for the
-    files it names, and a test compares the package with git."""
+    """docs/kernels.md says the package has not changed since the GPU run's commit, and a test
+    compares the package with git."""
     commit = json.loads(CURRENT.read_text())["provenance"]["git_commit"]
+    assert f"has not changed since {commit[:7]} (a test compares it with git)" in flat_doc()
+    changed = git("diff", "--name-only", commit, "--", "vllm_gdn_invariant").split()
+    assert changed == [], "the package changed since the GPU run"
+
+
+def test_the_current_table_is_the_evidence_files():
+    table = subprocess.run(
+        [sys.executable, str(BENCH_DECODE), "--table", str(CURRENT)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout.strip()
+    block = DOC.read_text().split("<!-- bench-decode-table -->\n", 1)[1]
+    assert block.split("\n<!-- /bench-decode-table -->")[0] == table
+
+
+def span_of(chosen: list[dict], key: str, arm: str | None = None, fmt: str = ".2f") -> str:
+    """``min–max`` of ``case[key]`` (``case[key][arm]`` with an arm) over ``chosen``."""
+    values = [c[key] if arm is None else c[key][arm] for c in chosen]
+    return f"{min(values):{fmt}}–{max(values):{fmt}}"
+
+
+def test_the_current_runs_quoted_ranges():
+    every = json.loads(CURRENT.read_text())["cases"]
+
+    def of(op: str, state: str, low: int, high: int = 1024) -> list[dict]:
+        return [
+            c
+            for c in every
+            if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
+        ]
+
+    def device(op: str, state: str, low: int, high: int = 1024) -> str:
+        return span_of(of(op, state, low, high), "speed_vs_vllm_device") + "x"
+
     doc = flat_doc()
-    assert f"has not changed since {commit[:7]} but for" in doc
-    for path in CHANGED_SINCE_THE_GPU_RUN:
-        assert f"`{path.removeprefix('vllm_gdn_invariant/')}`" in doc
-    changed = set(git("diff", "--name-only", commit, "--", "vllm_gdn_invariant").split())
-    assert changed == CHANGED_SINCE_THE_GPU_RUN, "the package changed since the GPU run"
-
-
-def recurrent_at(commit: str, folder: Path) -> ModuleType:
-    """``kernels/recurrent.py`` as it was at ``commit``, imported beside the current one (its
-    relative imports are the current package's)."""
-    path = folder / f"recurrent_at_{commit[:7]}.py"
-    path.write_text(git("show", f"{commit}:{RECURRENT}"))
-    name = f"vllm_gdn_invariant.kernels.recurrent_at_{commit[:7]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[name]
-    return module
-
-
-def sass_at(
-    module: ModuleType, shapes: ModuleType, batch: int, state_dtype: torch.dtype, norm: bool
-) -> str:
-    """The disassembly of ``module``'s recurrent kernel compiled for sm_90 at the default
-    launch shape of ``shapes`` (a version of ``kernels/recurrent.py``) for Qwen3-Next's heads."""
-    dims = RecurrentDims(batch, 16, 32, 128, 128, 128**-0.5, norm)
-    config = shapes.recurrent_config(dims, state_dtype, interpreted=False)
-    if not hasattr(config, "chunks"):
-        config = recurrent.RecurrentConfig(**config.__dict__)
-    compiled = codegen.compile_recurrent(
-        dims, state_dtype=state_dtype, config=config, module=module
-    )
-    return codegen.sass_of(compiled.asm["cubin"])
-
-
-def test_the_changed_kernel_compiles_to_the_gpu_runs_code_at_its_launch_shapes(tmp_path):
-    """docs/kernels.md says recurrent.py changed since the GPU run but compiles, at that run's
-    default launch shapes, to the machine code the run checked and timed: the whole sm_90
-    disassembly of both versions at the run's shapes, fp32 and bf16 state, B = 1 and 64 (the
-    run's two default shapes), QK norm on and off."""
-    commit = json.loads(CURRENT.read_text())["provenance"]["git_commit"]
     assert (
-        f"`kernels/recurrent.py` compiles at {commit[:7]}'s default launch shapes to the machine "
-        f"code of {commit[:7]}" in flat_doc()
+        f"the recurrent step {device('recurrent', 'float32', 64)} vLLM with an fp32 state and "
+        f"{device('recurrent', 'bfloat16', 64)} with bf16"
+    ) in doc
+    assert (
+        f"serves it {device('decode_step', 'float32', 64)} (fp32) and "
+        f"{device('decode_step', 'bfloat16', 64)} (bf16), the conv update "
+        f"{device('conv', 'float32', 64)} (fp32 cache) and {device('conv', 'bfloat16', 64)} (bf16)"
+    ) in doc
+    assert (
+        f"Below B = 64 the recurrent step is {device('recurrent', 'float32', 1, 32)} with fp32 "
+        f"and {device('recurrent', 'bfloat16', 1, 32)} with bf16, the decode step "
+        f"{device('decode_step', 'float32', 1, 32)} and {device('decode_step', 'bfloat16', 1, 32)}"
+        f", the conv {device('conv', 'float32', 1, 32)} and {device('conv', 'bfloat16', 1, 32)}."
+    ) in doc
+    before = [
+        c for c in current_cases() if (c["op"], c["state_dtype"]) == ("recurrent", "bfloat16")
+    ]
+    assert f"({span_of(before, 'speed_vs_vllm_device')}x at 613a30b's shapes)" in doc
+    small_wall = min(c["speed_vs_vllm_wall"] for c in every if c["batch"] < 64)
+    assert f"every op below B = 64 is {small_wall:.2f}x vLLM or more" in doc
+    exceptions = [c for c in every if c["speed_vs_vllm"] < 1.0 <= c["speed_vs_vllm_device"]]
+    assert [(c["op"], c["state_dtype"], c["batch"]) for c in exceptions] == [
+        ("conv", "bfloat16", 1)
+    ]
+    (odd,) = exceptions
+    rounds = odd["rounds_us"]
+    assert (
+        f"the bf16 conv at B = 1 ({odd['speed_vs_vllm']:.3f}), which is the machine's: its "
+        f"rounds fall in two groups (ours {min(rounds['ours']):.1f}–{max(rounds['ours']):.1f} "
+        f"µs, vLLM {min(rounds['vllm']):.1f}–{max(rounds['vllm']):.1f} µs"
+    ) in doc
+    assert f"and device time says {odd['speed_vs_vllm_device']:.2f}x" in doc
+    fp32, bf16 = of("recurrent", "float32", 64), of("recurrent", "bfloat16", 128)
+    assert (
+        f"vLLM moves its bytes at {span_of(fp32, 'fraction_of_copy', 'vllm')} of a same-size "
+        f"device copy timed in the same rounds, ours at {span_of(fp32, 'fraction_of_copy', 'ours')}"
+    ) in doc
+    assert (
+        f"ours reaches {span_of(bf16, 'fraction_of_copy', 'ours')} of the copy from B = 128 "
+        f"(vLLM {span_of(bf16, 'fraction_of_copy', 'vllm')})"
+    ) in doc
+    what_if = [c["what_if"] for c in every if "what_if" in c and c["batch"] >= 64]
+    plain = [w["grouped"]["speed_vs_vllm"] for w in what_if]
+    fma = [w["grouped_fma"]["speed_vs_vllm"] for w in what_if]
+    assert (
+        f"ran at {min(plain):.2f}–{max(plain):.2f}x vLLM at B >= 64 "
+        f"({min(fma):.2f}–{max(fma):.2f}x with FMAs)"
+    ) in doc
+    small = of("recurrent", "bfloat16", 1, 32)
+    assert (
+        f"takes {span_of(small, 'kernel_us', 'ours', '.1f')} µs of device time against vLLM's "
+        f"{span_of(small, 'kernel_us', 'vllm', '.1f')} µs"
+    ) in doc
+    more = [c["kernel_us"]["ours"] - c["kernel_us"]["vllm"] for c in small if c["batch"] <= 16]
+    assert f"({min(more):.2f}–{max(more):.2f} µs more per call up to B = 16; less at B = 32)" in doc
+    (at_32,) = [c for c in small if c["batch"] == 32]
+    assert at_32["kernel_us"]["ours"] < at_32["kernel_us"]["vllm"]
+
+
+def test_the_current_runs_api_bound_is_quoted():
+    report = json.loads(CURRENT.read_text())
+    every, misses = report["cases"], report["summary"]["api_bound_misses"]
+    missed = [c for c in every if not c["api_bound"]["within"]]
+    assert len(missed) == len(misses)
+    bounds = [c["api_bound"] for c in missed]
+    assert all(
+        b["launch_wall_us"] > c["kernel_us"]["ours"] for b, c in zip(bounds, missed, strict=True)
     )
-    then = recurrent_at(commit, tmp_path)
-    for state_dtype, batch, norm in [
-        (torch.float32, 1, True),
-        (torch.float32, 64, True),
-        (torch.bfloat16, 1, True),
-        (torch.bfloat16, 64, True),
-        (torch.bfloat16, 64, False),
-    ]:
-        assert sass_at(recurrent, then, batch, state_dtype, norm) == sass_at(
-            then, then, batch, state_dtype, norm
-        ), (state_dtype, batch, norm)
+    assert {c["batch"] for c in missed} <= {64, 128, 256, 512}
+    single = [c for c in every if c["op"] != "decode_step"]
+    pair = [c for c in every if c["op"] == "decode_step"]
+    share = [100 * b["checks_us"] / b["excess_us"] for b in bounds]
+    doc = flat_doc()
+    assert (
+        f"the API bound is missed {len(misses)} times of {len(every)}, each at B = 64 to 512" in doc
+    )
+    assert (
+        f"({span_of(bounds, 'launch_wall_us', fmt='.0f')} µs of wall time per call for kernels "
+        f"of {span_of(missed, 'kernel_us', 'ours', '.0f')} µs of device time)"
+    ) in doc
+    assert f"the public functions' {span_of(bounds, 'excess_us', fmt='.1f')} µs over" in doc
+    assert (
+        f"{span_of([c['api_bound'] for c in single], 'checks_us', fmt='.1f')} µs per call of "
+        f"`recurrent_step` or `conv_update` "
+        f"({span_of([c['api_bound'] for c in pair], 'checks_us', fmt='.1f')} µs for the pair)"
+    ) in doc
+    assert f"in the misses {min(share):.0f}–{max(share):.0f} % of the excess" in doc
+    within = {(c["op"], c["batch"]) for c in every if c["api_bound"]["within"]}
+    assert all((c["op"], 1024) in within for c in every)
+    assert all(
+        c["api_bound"]["within"] for c in every if c["op"] == "recurrent" and c["batch"] >= 128
+    )
 
 
 def test_the_loose_cells_are_the_machines():
@@ -292,7 +350,7 @@ def test_the_conv_sweep_is_quoted():
 
 
 def test_the_engine_paragraph_quotes_bench_engine_golden():
-    summary = json.loads((ROOT / "docs/evidence/bench_engine_golden.json").read_text())["summary"]
+    summary = json.loads(ENGINE_CURRENT.read_text())["summary"]
     ratios, spread = summary["ratios"]["golden"], summary["ratio_spread"]["golden"]
     decode = summary["round_ratios"]["golden"]["decode_throughput_vs_route"]
     doc = flat_doc()
@@ -311,10 +369,22 @@ def test_the_engine_paragraph_quotes_bench_engine_golden():
     assert (first, last) == (2, 8)  # the doc's ordinals
     assert (
         f"(the 2nd and 8th of the {len(decode)} ordered rounds, "
-        f"{100 * interval['coverage']:.1f} % coverage;" in doc
+        f"{100 * interval['coverage']:.1f} % coverage)" in doc
     )
-    assert f"recomputed the summary with it) runs {low:.2f}–{high:.2f}." in doc
+    assert f"coverage) runs {low:.2f}–{high:.2f}." in doc
     assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] in doc
+    rounds = json.loads(ENGINE_CURRENT.read_text())["rounds"]
+    for arm in ("route", "golden"):
+        throughput = [r[arm]["decode"]["output_tok_s"] for r in rounds]
+        assert f"{max(throughput) / min(throughput):.2f}x ({arm})" in doc
+    before = json.loads(ENGINE_AT_613A30B.read_text())["summary"]
+    earlier = before["round_ratios"]["golden"]["decode_throughput_vs_route"]
+    spread = before["ratio_spread"]["golden"]["decode_throughput_vs_route"]["spread"]
+    assert (
+        f"gave {before['ratios']['golden']['decode_throughput_vs_route']:.3f}x by medians, "
+        f"{statistics.median(earlier):.3f}x by the median round ratio, rounds "
+        f"{min(earlier):.2f}–{max(earlier):.2f}x (spread {100 * spread:.0f} %)"
+    ) in doc
 
 
 def test_the_triton_3_6_counts_behind_the_what_if_timing_are_quoted():
