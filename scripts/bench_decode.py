@@ -621,6 +621,11 @@ def results_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def shape_text(config: dict) -> str:
+    """A launch shape as the sweep tables write it: ``block_v=8, ..., num_warps=1``."""
+    return ", ".join(f"{k}={v}" for k, v in config.items())
+
+
 def sweep_table(report: dict) -> str:
     """Markdown tables of a report's sweeps: per case the default launch shape and the fastest
     one, each with vLLM's time over it; then per op and state dtype ``sweep_choices``."""
@@ -634,7 +639,7 @@ def sweep_table(report: dict) -> str:
             continue
         default = next(r for r in c["sweep"] if r["default"])
         best = c["sweep"][0]
-        shape = ", ".join(f"{k}={v}" for k, v in best["config"].items())
+        shape = shape_text(best["config"])
         lines.append(
             f"| {c['op']} | {STATE_NAMES[c['state_dtype']]} | {c['batch']} | {c['us']['vllm']} "
             f"| {default['us']} | {default['speed_vs_vllm']:.3f} | {best['us']} "
@@ -643,7 +648,7 @@ def sweep_table(report: dict) -> str:
     lines += ["", "| op | state | one shape for every B | worst time / fastest | at B |"]
     lines.append("| --- | --- | --- | --- | --- |")
     for (op, state), choice in sweep_choices(report).items():
-        shape = ", ".join(f"{k}={v}" for k, v in choice["config"].items())
+        shape = shape_text(choice["config"])
         lines.append(
             f"| {op} | {STATE_NAMES[state]} | {shape} | {choice['worst']:.3f} "
             f"| {choice['worst_batch']} |"

@@ -1,5 +1,7 @@
-"""docs/kernels.md's speed tables and verdicts are what their evidence files say: the run at
-613a30b (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at 67cd0fa before it
+"""docs/kernels.md's speed tables and verdicts are what their evidence files say: the current run
+(docs/evidence/bench_decode.json, the H200 run at 6aa67cf, and bench_engine_golden.json beside
+it), the run at 613a30b (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at 67cd0fa
+before it
 (docs/evidence/h200_engine/67cd0fa/bench_decode.json) and the earlier one with vLLM 0.34.0's
 kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
 
@@ -87,21 +89,6 @@ def current_cases(min_batch: int = 64) -> list[dict]:
     return [c for c in json.loads(AT_613A30B.read_text())["cases"] if c["batch"] >= min_batch]
 
 
-def test_the_613a30b_table_is_the_evidence_files():
-    table = subprocess.run(
-        [sys.executable, str(BENCH_DECODE), "--table", str(AT_613A30B)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout.strip()
-    doc = DOC.read_text()
-    block = doc.split("<!-- bench-decode-table-613a30b -->\n", 1)[1].split(
-        "\n<!-- /bench-decode-table-613a30b -->"
-    )[0]
-    assert block == table
-
-
 def by_cell(path: Path) -> dict[tuple, dict]:
     return {
         (c["op"], c["state_dtype"], c["batch"]): c for c in json.loads(path.read_text())["cases"]
@@ -140,16 +127,21 @@ def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
     assert changed == [], "the package changed since the GPU run"
 
 
-def test_the_current_table_is_the_evidence_files():
+@pytest.mark.parametrize(
+    "evidence, marker",
+    [(CURRENT, "bench-decode-table"), (AT_613A30B, "bench-decode-table-613a30b")],
+    ids=["current", "613a30b"],
+)
+def test_each_table_is_its_evidence_file(evidence, marker):
     table = subprocess.run(
-        [sys.executable, str(BENCH_DECODE), "--table", str(CURRENT)],
+        [sys.executable, str(BENCH_DECODE), "--table", str(evidence)],
         check=True,
         capture_output=True,
         text=True,
         timeout=300,
     ).stdout.strip()
-    block = DOC.read_text().split("<!-- bench-decode-table -->\n", 1)[1]
-    assert block.split("\n<!-- /bench-decode-table -->")[0] == table
+    block = DOC.read_text().split(f"<!-- {marker} -->\n", 1)[1]
+    assert block.split(f"\n<!-- /{marker} -->")[0] == table
 
 
 def span_of(chosen: list[dict], key: str, arm: str | None = None, fmt: str = ".2f") -> str:
