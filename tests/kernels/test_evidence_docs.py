@@ -1,9 +1,8 @@
-"""docs/kernels.md's speed tables and verdicts are what their evidence files say: the current run
-(docs/evidence/bench_decode.json, the H200 run at 6aa67cf, and bench_engine_golden.json beside
-it), the run at 613a30b (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at 67cd0fa
-before it
-(docs/evidence/h200_engine/67cd0fa/bench_decode.json) and the earlier one with vLLM 0.34.0's
-kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
+"""docs/kernels.md's speed tables and verdicts are what their evidence files say: the current
+run (docs/evidence/bench_decode.json, the H200 run at 6aa67cf, and bench_engine_golden.json
+beside it), the run at 613a30b (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at
+67cd0fa before it (docs/evidence/h200_engine/67cd0fa/bench_decode.json) and the earlier one with
+vLLM 0.34.0's kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
 
 from __future__ import annotations
 
