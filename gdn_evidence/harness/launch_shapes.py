@@ -25,6 +25,8 @@ from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 from vllm_gdn_invariant.kernels.launch import next_power_of_2
 from vllm_gdn_invariant.kernels.validation import ConvDims, RecurrentDims
 
+QWEN3_NEXT_HEADS = {"H": 16, "HV": 32, "K": 128, "V": 128}  # per layer at TP1
+QWEN3_NEXT_CONV = {"dim": 8192, "taps": 4}  # conv channels (2 H K + HV V) and width
 CHUNKS = (1, 4, 8, 16)
 PROGRAMS = ((1, 1), (1, 2), (2, 1))  # (warps, value rows per thread)
 EARLIER_BEST_BLOCK_V = (32, 64)  # over 2 warps, chunks 1
@@ -95,14 +97,20 @@ def conv_candidates() -> list[conv_kernel.ConvConfig]:
     ]
 
 
+def qwen3_next_dims(batch: int) -> RecurrentDims:
+    """The recurrent step's dims at Qwen3-Next's heads, QK norm on."""
+    H, HV, K, V = (QWEN3_NEXT_HEADS[name] for name in ("H", "HV", "K", "V"))
+    return RecurrentDims(batch, H, HV, K, V, K**-0.5, True)
+
+
 def qwen3_next_default(op: str, batch: int, state_dtype: torch.dtype) -> dict:
-    """The package's default launch shape of ``op`` at Qwen3-Next's heads (16 key heads, 32
-    value heads, K = V = 128; 8192 conv channels, W = 4), as the sweep records shapes."""
+    """The package's default launch shape of ``op`` at Qwen3-Next's heads and conv
+    (``QWEN3_NEXT_HEADS``, ``QWEN3_NEXT_CONV``), as the sweep records shapes."""
     if op == "recurrent":
-        dims = RecurrentDims(batch, 16, 32, 128, 128, 128**-0.5, True)
+        dims = qwen3_next_dims(batch)
         return recurrent_kernel.recurrent_config(dims, state_dtype, interpreted=False).__dict__
     if op == "conv":
-        dims = ConvDims(batch, 8192, 4, True, True)
+        dims = ConvDims(batch, QWEN3_NEXT_CONV["dim"], QWEN3_NEXT_CONV["taps"], True, True)
         return conv_kernel.conv_config(dims, interpreted=False).__dict__
     raise ValueError(f"no launch shape for op {op!r}")
 

@@ -47,7 +47,7 @@ from . import launch_shapes, what_if_kernel
 VLLM_KERNEL = "fused_recurrent_gated_delta_rule_packed_decode_kernel"
 VLLM_LAUNCHER = "fused_recurrent_gated_delta_rule_packed_decode"
 FUSED_RECURRENT = Path("third_party/flash_linear_attention/ops/fused_recurrent.py")
-HEADS = {"H": 16, "HV": 32, "K": 128, "V": 128}
+HEADS = launch_shapes.QWEN3_NEXT_HEADS
 REGISTERS = 65536  # per SM on sm_90
 MAX_WARPS = 64  # resident warps per SM on sm_90
 REGISTER_UNIT = 8  # a thread's registers are allocated in multiples of 8
@@ -164,7 +164,7 @@ def compile_vllm(source: Path, state_dtype: torch.dtype, batch: int, capability:
 
 
 def dims_for(batch: int) -> RecurrentDims:
-    return RecurrentDims(batch, HEADS["H"], HEADS["HV"], HEADS["K"], HEADS["V"], 128**-0.5, True)
+    return launch_shapes.qwen3_next_dims(batch)
 
 
 def compile_ours(state_dtype: torch.dtype, batch: int, capability: int, fusion: bool) -> Arm:
