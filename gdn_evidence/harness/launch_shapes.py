@@ -55,6 +55,7 @@ def recurrent_candidates(
     plain = recurrent_kernel.row_split(dims.head_k, state_dtype)
     log2_j, log2_cl, log2_vec = plain
     width = sum(plain)
+    rows_per_warp = 32 >> log2_cl  # of the plain split
     block_limit = next_power_of_2(dims.head_v)
     splits = [(log2_cl, log2_vec)]
     second = other_split(plain, state_dtype)
@@ -62,9 +63,8 @@ def recurrent_candidates(
         splits.append(second)
     configs = []
     for split_cl, split_vec in splits:
-        rows_per_warp = 32 >> split_cl
         for num_warps, rows_per_thread in PROGRAMS:
-            block_v = rows_per_warp * num_warps * rows_per_thread
+            block_v = (32 >> split_cl) * num_warps * rows_per_thread
             for chunks in CHUNKS:
                 if block_v * chunks <= block_limit:
                     configs.append(
@@ -74,9 +74,8 @@ def recurrent_candidates(
                         )
                     )  # fmt: skip
     for block_v in EARLIER_BEST_BLOCK_V:
-        if 2 * (32 >> log2_cl) <= block_v <= block_limit:
+        if 2 * rows_per_warp <= block_v <= block_limit:
             configs.append(recurrent_kernel.RecurrentConfig(block_v, *plain, 2))
-    rows_per_warp = 32 >> log2_cl
     earlier_block_v = rows_per_warp * 4 * EARLIER_DEFAULT_ROWS_PER_THREAD[state_dtype]
     if dims.batch * dims.num_v_heads < 512:  # one row per thread there
         earlier_block_v = rows_per_warp * 4

@@ -44,8 +44,8 @@ def test_the_docs_sweep_table_is_the_evidence_file():
 
 
 def spans() -> dict[str, str]:
-    """The ranges docs/kernels.md and README.md quote from the sweep: vLLM's time over the
-    default shape's (now, and at d990aaa), per op, state dtype and batch range."""
+    """The ranges docs/kernels.md quotes from the sweep: vLLM's time over the default shape's
+    (now, and at d990aaa), per op, state dtype and batch range."""
     cases = json.loads(SWEEP.read_text())["cases"]
 
     def span(op: str, state: str, low: int, earlier: bool = False) -> str:
@@ -60,7 +60,6 @@ def spans() -> dict[str, str]:
     return {
         "bf16": span("recurrent", "bfloat16", 32),
         "bf16_earlier": span("recurrent", "bfloat16", 32, earlier=True),
-        "fp32_from_32": span("recurrent", "float32", 32),
         "fp32_from_128": span("recurrent", "float32", 128),
         "conv_bf16": span("conv", "bfloat16", 64),
         "conv_fp32": span("conv", "float32", 1),
