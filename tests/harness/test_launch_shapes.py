@@ -34,7 +34,8 @@ def test_recurrent_candidates_are_whole_distinct_shapes_beside_the_default(state
     assert len(splits) == 2
     vector = 16 // state_dtype.itemsize  # vLLM's layout: one slab, 16-byte vectors
     one_slab = [c for c in candidates if c.log2_j == 0]
-    assert {(c.log2_cl, 1 << c.log2_vec) for c in one_slab} == {(7 - vector.bit_length() + 1, vector)}
+    lanes = 128 // vector
+    assert {(1 << c.log2_cl, 1 << c.log2_vec) for c in one_slab} == {(lanes, vector)}
     assert sorted((c.block_v, c.num_warps) for c in one_slab) == [(8, 1), (16, 1), (32, 1), (32, 2)]
     cached = [c for c in candidates if c.state_cache != compiled_recurrent.STATE_CACHE_DEFAULT]
     assert {dataclasses.replace(c, state_cache=0) for c in cached} == {default}
