@@ -3,6 +3,7 @@ out (their bits in Triton's interpreter: tests/kernels/test_kernels_recurrent.py
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,19 @@ def test_recurrent_candidates_are_whole_distinct_shapes_beside_the_default(state
         assert c.block_v * c.chunks <= 128
     one_warp_chunked = [c for c in candidates if c.num_warps == 1 and c.chunks == 16]
     assert one_warp_chunked, "programs of one warp over all value rows of a head"
-    splits = {(c.log2_cl, c.log2_vec) for c in candidates}
+    splits = {(c.log2_cl, c.log2_vec) for c in candidates if c.log2_j > 0}
     assert len(splits) == 2
+    vector = 16 // state_dtype.itemsize  # vLLM's layout: one slab, 16-byte vectors
+    one_slab = [c for c in candidates if c.log2_j == 0]
+    lanes = 128 // vector
+    assert {(1 << c.log2_cl, 1 << c.log2_vec) for c in one_slab} == {(lanes, vector)}
+    assert sorted((c.block_v, c.num_warps) for c in one_slab) == [(8, 1), (16, 1), (32, 1), (32, 2)]
+    cached = [c for c in candidates if c.state_cache != compiled_recurrent.STATE_CACHE_DEFAULT]
+    assert {dataclasses.replace(c, state_cache=0) for c in cached} == {default}
+    assert sorted(c.state_cache for c in cached) == [
+        compiled_recurrent.STATE_CACHE_EVICT_FIRST,
+        compiled_recurrent.STATE_CACHE_STREAM,
+    ]
 
 
 def test_conv_candidates_fill_their_warps():
