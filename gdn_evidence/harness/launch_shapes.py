@@ -10,16 +10,13 @@ with 1, taking 1, 4, 8 or 16 blocks of value rows in turn (``chunks``: the per-p
 and norms of q and k and the gates, is shared by the blocks, and the next block's loads go out
 before this block's arithmetic); and the two shapes an earlier sweep found fastest (32 and 64 rows
 over 2 warps); and the shape that was the default before SHAPE_RULES (4 warps of 2 (fp32) or 4
-(bf16) value rows per thread); vLLM's layout (the whole padded K as one slab, 16-byte vectors
-across the lanes, one warp of 8, 16 or 32 value rows, and 32 rows over 2 warps); and the default
-with the state's loads evicting first, and with streaming stores as well (``STATE_CACHE_*``).
+(bf16) value rows per thread); and vLLM's layout (the whole padded K as one slab, 16-byte
+vectors across the lanes, one warp of 8, 16 or 32 value rows, and 32 rows over 2 warps).
 
 Conv (``ConvConfig``): 128 to 1024 channels per program over 1 to 8 warps.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 
@@ -36,10 +33,6 @@ PROGRAMS = ((1, 1), (1, 2), (2, 1))  # (warps, value rows per thread)
 EARLIER_BEST_BLOCK_V = (32, 64)  # over 2 warps, chunks 1
 EARLIER_DEFAULT_ROWS_PER_THREAD = {torch.float32: 2, torch.bfloat16: 4}  # over 4 warps
 VLLM_LAYOUT_PROGRAMS = ((8, 1), (16, 1), (32, 1), (32, 2))  # (value rows, warps), one slab
-STATE_CACHES = (
-    recurrent_kernel.STATE_CACHE_EVICT_FIRST,
-    recurrent_kernel.STATE_CACHE_STREAM,
-)
 
 
 def other_split(plain: tuple[int, int, int], state_dtype: torch.dtype):
@@ -96,8 +89,6 @@ def recurrent_candidates(
     for block_v, num_warps in VLLM_LAYOUT_PROGRAMS:
         if (32 >> one_slab[1]) * num_warps <= block_v <= block_limit:
             configs.append(recurrent_kernel.RecurrentConfig(block_v, *one_slab, num_warps))
-    for cache in STATE_CACHES:
-        configs.append(dataclasses.replace(default, state_cache=cache))
     unique = list(dict.fromkeys(configs))
     return [c for c in unique if c != default]
 
@@ -130,18 +121,11 @@ def qwen3_next_default(op: str, batch: int, state_dtype: torch.dtype) -> dict:
     raise ValueError(f"no launch shape for op {op!r}")
 
 
-def recorded_shape(op: str, config: dict) -> dict:
-    """A launch shape as a sweep recorded it, with the fields that runs before a field existed
-    left out at their defaults."""
-    fields = recurrent_kernel.RecurrentConfig if op == "recurrent" else conv_kernel.ConvConfig
-    return fields(**config).__dict__
-
-
 def default_sweep_row(case: dict) -> dict:
     """The row of a ``bench_decode.py --sweep`` case (one op, state dtype and batch size) that
     times the package's default shape now; ValueError where the sweep did not time it."""
     shape = qwen3_next_default(case["op"], case["batch"], STATE_DTYPES[case["state_dtype"]])
-    rows = [r for r in case["sweep"] if recorded_shape(case["op"], r["config"]) == shape]
+    rows = [r for r in case["sweep"] if r["config"] == shape]
     if len(rows) != 1:
         raise ValueError(f"{case['op']} at B = {case['batch']}: the sweep did not time {shape}")
     return rows[0]

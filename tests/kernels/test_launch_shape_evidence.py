@@ -95,3 +95,51 @@ def test_every_default_is_a_shape_the_gpu_bitwise_test_checked():
         row = default_sweep_row(case)
         assert not row["default"], (case["op"], case["batch"])
         assert row["config"] in checked[(case["op"], case["state_dtype"])]
+
+
+TRIED = ROOT / "docs" / "evidence" / "h200_engine" / "fefa90c" / "bench_decode_sweep.json"
+
+
+def tried_spans() -> dict[str, str]:
+    """The ranges docs/kernels.md quotes from the run of vLLM's layout and the state's cache
+    policies, at B >= 64: each family's time over the default shape's in the same case."""
+    cases = [c for c in json.loads(TRIED.read_text())["cases"] if c["op"] == "recurrent"]
+    assert {c["batch"] for c in cases if c["batch"] >= 64} == {64, 128, 256, 512, 1024}
+    found: dict[str, list[float]] = {}
+    for case in (c for c in cases if c["batch"] >= 64):
+        default = next(r for r in case["sweep"] if r["default"])
+        shape = {k: v for k, v in default["config"].items() if k != "state_cache"}
+        state = "fp32" if case["state_dtype"] == "float32" else "bf16"
+        one_slab = min(r["us"] for r in case["sweep"] if r["config"]["log2_j"] == 0)
+        found.setdefault(f"one_slab_{state}", []).append(one_slab / default["us"])
+        found.setdefault(f"vllm_one_slab_{state}", []).append(case["us"]["vllm"] / one_slab)
+        found.setdefault(f"vllm_default_{state}", []).append(case["us"]["vllm"] / default["us"])
+        cached = [
+            r["us"] / default["us"]
+            for r in case["sweep"]
+            if r["config"].get("state_cache", 0) != 0
+            and {k: v for k, v in r["config"].items() if k != "state_cache"} == shape
+        ]
+        assert len(cached) == 2
+        found.setdefault(f"cache_{state}", []).extend(cached)
+    return {name: (min(v), max(v)) for name, v in found.items()}
+
+
+def test_the_docs_quote_the_tried_families():
+    s = tried_spans()
+    doc = " ".join(DOC.read_text().split())
+
+    def span(name: str, digits: int) -> str:
+        return f"{s[name][0]:.{digits}f}–{s[name][1]:.{digits}f}"
+
+    assert (
+        f"with an fp32 state its fastest shape ran at {span('one_slab_fp32', 3)} of the default's "
+        f"time (vLLM/it {span('vllm_one_slab_fp32', 3)}, the default's "
+        f"{span('vllm_default_fp32', 3)} in the same run); with bf16 at "
+        f"{span('one_slab_bf16', 2)}x the default's time." in doc
+    )
+    assert (
+        f"slower in every cell at B >= 64, {span('cache_fp32', 3)}x the default's time with "
+        f"fp32, {span('cache_bf16', 2)}x with bf16" in doc
+    )
+    assert s["cache_fp32"][0] > 1 and s["cache_bf16"][0] > 1  # slower everywhere

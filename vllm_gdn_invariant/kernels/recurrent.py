@@ -200,7 +200,6 @@ def recurrent_step_kernel(
     LOG2_CL: tl.constexpr,
     LOG2_VEC: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
-    STATE_CACHE: tl.constexpr,
 ):
     J: tl.constexpr = 1 << LOG2_J
     C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
@@ -241,7 +240,7 @@ def recurrent_step_kernel(
         + o_v[:, None] * stride_state_v
         + o_c * stride_state_k
     )
-    h = load_state_block(p_h, mask_v, stride_state_k, K, C, J, STATE_CACHE)
+    h = load_state_block(p_h, mask_v, stride_state_k, K, C, J)
     q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
 
     a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
@@ -259,11 +258,11 @@ def recurrent_step_kernel(
                 mask_next = (o_v + BV < V) & (i_c + 1 < CHUNKS)
                 step = BV
             h_next = load_state_block(
-                p_h + step * stride_state_v, mask_next, stride_state_k, K, C, J, STATE_CACHE
+                p_h + step * stride_state_v, mask_next, stride_state_k, K, C, J
             )
             v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_next, other=0.0))
         h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
-        store_state_block(p_h, h, mask_v, stride_state_k, K, C, J, STATE_CACHE)
+        store_state_block(p_h, h, mask_v, stride_state_k, K, C, J)
         tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
         if CHUNKS > 1:
             h = h_next
@@ -276,41 +275,25 @@ def recurrent_step_kernel(
 
 
 @triton.jit
-def load_state_block(
-    p_h, mask_v, stride_k, K: tl.constexpr, C: tl.constexpr, J: tl.constexpr, CACHE: tl.constexpr
-):
+def load_state_block(p_h, mask_v, stride_k, K: tl.constexpr, C: tl.constexpr, J: tl.constexpr):
     """A block of state rows as J fp32 slabs [BV, C]: slab j from ``p_h + j * C * stride_k``
-    [BV, C], rows where ``mask_v`` [BV] holds, zeros past K and elsewhere. With ``CACHE`` (a
-    ``STATE_CACHE_*`` policy) other than the default, the loads ask to be evicted first."""
+    [BV, C], rows where ``mask_v`` [BV] holds, zeros past K and elsewhere."""
     o_c = tl.arange(0, C)[None, :]
     h = ()
     for j in tl.static_range(J):
         mask = mask_v[:, None] & (j * C + o_c < K)
-        if CACHE == 0:
-            h_j = tl.load(p_h + j * C * stride_k, mask=mask, other=0.0)
-        else:
-            h_j = tl.load(
-                p_h + j * C * stride_k, mask=mask, other=0.0, eviction_policy="evict_first"
-            )
-        h = h + (to_fp32(h_j),)
+        h = h + (to_fp32(tl.load(p_h + j * C * stride_k, mask=mask, other=0.0)),)
     return h
 
 
 @triton.jit
-def store_state_block(
-    p_h, h, mask_v, stride_k, K: tl.constexpr, C: tl.constexpr, J: tl.constexpr, CACHE: tl.constexpr
-):
+def store_state_block(p_h, h, mask_v, stride_k, K: tl.constexpr, C: tl.constexpr, J: tl.constexpr):
     """``load_state_block``'s inverse: the J fp32 slabs ``h`` rounded to the state's dtype and
-    stored where that function loads them; streaming stores (``.cs``) under
-    ``STATE_CACHE_STREAM``."""
+    stored where that function loads them."""
     o_c = tl.arange(0, C)[None, :]
     for j in tl.static_range(J):
         mask = mask_v[:, None] & (j * C + o_c < K)
-        h_j = round_to(h[j], p_h.dtype.element_ty)
-        if CACHE == 2:
-            tl.store(p_h + j * C * stride_k, h_j, mask=mask, cache_modifier=".cs")
-        else:
-            tl.store(p_h + j * C * stride_k, h_j, mask=mask)
+        tl.store(p_h + j * C * stride_k, round_to(h[j], p_h.dtype.element_ty), mask=mask)
 
 
 LAUNCH_RECURRENT = Launcher(recurrent_step_kernel, tensors=8)
@@ -318,9 +301,6 @@ TILE_VECTOR_BYTES = 16  # each thread loads 16 contiguous bytes of a row per sla
 ROW_ELEMENTS_PER_THREAD = 32  # of one value row's K, per thread
 WARPS = 4
 CONFIGS = 1024  # (dims, state dtype) pairs whose launch shape is kept
-STATE_CACHE_DEFAULT = 0  # the state's loads and stores as Triton emits them
-STATE_CACHE_EVICT_FIRST = 1  # the state's loads evict first
-STATE_CACHE_STREAM = 2  # and its stores are streaming stores (.cs)
 
 
 @dataclass(frozen=True)
@@ -330,8 +310,7 @@ class RecurrentConfig:
     A program takes ``chunks`` blocks of ``block_v`` value rows in turn and holds a block as
     J = 2^log2_j slabs [block_v, C] of the padded K (slab j holds k = j * C + c), with
     C = VEC * 2^log2_cl: VEC = 2^log2_vec contiguous elements per thread and 2^log2_cl lanes
-    along c. ``state_cache`` is the cache policy of the state's loads and stores (a
-    ``STATE_CACHE_*`` value).
+    along c.
     """
 
     block_v: int
@@ -340,7 +319,6 @@ class RecurrentConfig:
     log2_vec: int
     num_warps: int
     chunks: int = 1
-    state_cache: int = STATE_CACHE_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -476,7 +454,6 @@ def kernel_arguments(
         "LOG2_CL": config.log2_cl,
         "LOG2_VEC": config.log2_vec,
         "USE_QK_L2NORM": dims.use_qk_l2norm,
-        "STATE_CACHE": config.state_cache,
     }
     return grid, arguments, constexprs
 
