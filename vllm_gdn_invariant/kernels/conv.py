@@ -18,7 +18,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .elementary import round_to, silu, to_fp32
-from .launch import Launcher, cdiv, next_power_of_2
+from .launch import Launcher, cdiv, next_power_of_2, tensor_layouts
 from .validation import ConvDims, check_conv_args
 
 
@@ -187,10 +187,18 @@ def launch_conv(
     out = torch.empty((dims.batch, dims.dim), dtype=x.dtype, device=x.device)
     if dims.batch == 0:
         return out, None
+    tensors = (x, conv_state, weight, weight if bias is None else bias, state_indices, out)
+    # the grid and every argument after the tensors follow from the key
+    key = (dims, config, bias is None, x.get_device(), tensor_layouts(tensors))
+    compiled = LAUNCH_CONV.launch_bound(key, tensors)
+    if compiled is not None:
+        return out, compiled
     grid, arguments, constexprs = kernel_arguments(
         x, conv_state, weight, state_indices, bias, out, dims, config
     )
-    compiled = LAUNCH_CONV(grid, arguments, constexprs, num_warps=config.num_warps, device=x.device)
+    compiled = LAUNCH_CONV.bind(
+        key, grid, arguments, constexprs, num_warps=config.num_warps, device=x.device
+    )
     return out, compiled
 
 

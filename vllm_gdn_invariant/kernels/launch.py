@@ -11,6 +11,12 @@ compiled kernel's own launch, which makes the same driver call with the same arg
 JIT launcher. The bits are the same (the same compiled kernel runs on the same arguments); only
 the host work differs.
 
+A kernel's wrapper can also bind a launch to a key of its own (``bind``, ``launch_bound``): a
+key from which the launch key, the grid and every argument after the leading tensors follow
+(the wrapper's dims and launch shape, and each tensor's dtype, strides and data pointer modulo
+16). A bound launch reuses that grid and those arguments, so the wrapper skips rebuilding them
+and the launch key: ``launch_bound(key, tensors)`` is ``compiled[grid](*tensors, *trailing)``.
+
 The launch key refines Triton's specialization: the device, ``num_warps``, every constexpr, each
 tensor's dtype and data pointer modulo 16, and the exact value of every other argument. Two
 launches with one key therefore have one specialization, and so one compiled kernel
@@ -26,7 +32,7 @@ import torch
 from torch import Tensor
 from triton.runtime import JITFunction
 
-COMPILED_KERNELS = 1024  # launch keys kept per kernel; all are dropped beyond that
+COMPILED_KERNELS = 1024  # launch keys (and bound launches) kept per kernel; all are dropped beyond
 
 
 def cdiv(x: int, y: int) -> int:
@@ -43,6 +49,25 @@ def next_power_of_2(n: int) -> int:
     return n + 1
 
 
+def tensor_layouts(tensors: tuple) -> tuple:
+    """Each tensor's dtype, strides and data pointer modulo 16: what a bound launch's key reads
+    of the tensors it launches (their specialization and their strides, passed as scalars)."""
+    return tuple([(t.dtype, t.stride(), t.data_ptr() & 15) for t in tensors])
+
+
+class BoundLaunch:
+    """A compiled kernel with its grid, every argument after the leading tensors and the device
+    it runs on."""
+
+    __slots__ = ("compiled", "grid", "trailing", "device_index")
+
+    def __init__(self, compiled: object, grid: tuple, trailing: tuple, device_index: int) -> None:
+        self.compiled = compiled
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.trailing = trailing
+        self.device_index = device_index
+
+
 class Launcher:
     """The launches of one kernel, its compiled kernels kept per launch key."""
 
@@ -55,6 +80,7 @@ class Launcher:
         self.direct = isinstance(kernel, JITFunction) if direct is None else direct
         self.names = tuple(kernel.arg_names)
         self.compiled: dict[tuple, object] = {}
+        self.bound: dict[tuple, BoundLaunch] = {}
 
     def __call__(
         self,
@@ -75,6 +101,43 @@ class Launcher:
             with torch.cuda.device(device):
                 return self.launch(grid, arguments, constexprs, num_warps, device)
         return self.launch(grid, arguments, constexprs, num_warps, device)
+
+    def bind(
+        self,
+        key: tuple,
+        grid: tuple[int, ...],
+        arguments: tuple,
+        constexprs: dict,
+        *,
+        num_warps: int,
+        device: torch.device,
+    ) -> object:
+        """``__call__``, then, when it launched a compiled kernel directly or through the JIT
+        launcher, that launch bound to ``key``: the wrapper's key (module docstring), which
+        must determine ``grid``, ``arguments`` after the leading tensors, ``constexprs``,
+        ``num_warps`` and ``device``. Returns what ``__call__`` returned."""
+        compiled = self(grid, arguments, constexprs, num_warps=num_warps, device=device)
+        if compiled is not None and self.direct:
+            if len(self.bound) >= COMPILED_KERNELS:
+                self.bound.clear()
+            values = self.constexpr_values(arguments, constexprs)
+            trailing = (*arguments[self.tensors :], *values)
+            self.bound[key] = BoundLaunch(compiled, grid, trailing, device.index)
+        return compiled
+
+    def launch_bound(self, key: tuple, tensors: tuple) -> object:
+        """Launch ``tensors`` (the leading arguments) with the launch bound to ``key``, on its
+        device; returns its compiled kernel, or None where no launch is bound to ``key`` (then
+        nothing was launched)."""
+        bound = self.bound.get(key)
+        if bound is None:
+            return None
+        if bound.device_index != torch.cuda.current_device():
+            with torch.cuda.device(bound.device_index):
+                bound.compiled[bound.grid](*tensors, *bound.trailing)
+        else:
+            bound.compiled[bound.grid](*tensors, *bound.trailing)
+        return bound.compiled
 
     def launch(
         self,

@@ -40,7 +40,7 @@ from .elementary import (
     sqrt,
     to_fp32,
 )
-from .launch import Launcher, cdiv, next_power_of_2
+from .launch import Launcher, cdiv, next_power_of_2, tensor_layouts
 from .validation import RecurrentDims, check_recurrent_args
 
 
@@ -481,10 +481,17 @@ def launch_recurrent(
     )
     if dims.batch == 0:
         return out, None
+    tensors = (mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices)
+    # the grid and every argument after the tensors follow from the key
+    key = (dims, config, mixed_qkv.get_device(), tensor_layouts(tensors))
+    compiled = LAUNCH_RECURRENT.launch_bound(key, tensors)
+    if compiled is not None:
+        return out, compiled
     grid, arguments, constexprs = kernel_arguments(
         mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices, dims, config
     )
-    compiled = LAUNCH_RECURRENT(
+    compiled = LAUNCH_RECURRENT.bind(
+        key,
         grid,
         arguments,
         constexprs,
