@@ -18,6 +18,7 @@ import torch
 from vllm_gdn_invariant.golden import conv_update as golden_conv_update
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
 from vllm_gdn_invariant.kernels import conv_update, recurrent_step
+from vllm_gdn_invariant.kernels.call_plans import CALL_PLANS
 from vllm_gdn_invariant.kernels.conv import LAUNCH_CONV, conv_config, launch_conv
 from vllm_gdn_invariant.kernels.recurrent import (
     LAUNCH_RECURRENT,
@@ -116,3 +117,32 @@ def test_direct_launches_of_the_conv_kernel_give_the_goldens_bits(shift):
         assert same_bits(ours, golden_state), f"step {step}: state {differ(ours, golden_state)}"
     assert launched[0] is launched[1] is launched[2]
     assert LAUNCH_CONV.direct
+
+
+def test_repeated_public_calls_launch_their_plan_with_the_goldens_bits():
+    """The second and later calls of ``recurrent_step`` / ``conv_update`` with one call key run
+    the kept plan (``kernels.call_plans``); a misaligned input is another key, checked and
+    planned on its own; every step's bits are the goldens'."""
+    CALL_PLANS.clear()
+    for shift in (0, 1, 0):
+        args, kwargs = recurrent_inputs(64, 16, 32, 128, 128, torch.bfloat16, seed=31 + shift)
+        args = (offset(args[0], shift), *args[1:])
+        conv_args, bias = conv_inputs(64, 8192, torch.bfloat16, True, True, seed=41 + shift)
+        conv_args = (offset(conv_args[0], shift), *conv_args[1:])
+        golden_state, ours = args[5].clone(), args[5].clone()
+        golden_conv, ours_conv = conv_args[1].clone(), conv_args[1].clone()
+        for step in range(3):
+            golden_out, golden_state = golden_recurrent_step(
+                *args[:5], golden_state, args[6], **kwargs
+            )
+            out = recurrent_step(*args[:5], ours, args[6], **kwargs)
+            golden_conv_out, golden_conv = golden_conv_update(
+                conv_args[0], golden_conv, conv_args[2], conv_args[3], bias=bias
+            )
+            conv_out = conv_update(conv_args[0], ours_conv, conv_args[2], conv_args[3], bias=bias)
+            torch.cuda.synchronize()
+            assert same_bits(out, golden_out), f"shift {shift} step {step}: out"
+            assert same_bits(ours, golden_state), f"shift {shift} step {step}: state"
+            assert same_bits(conv_out, golden_conv_out), f"shift {shift} step {step}: conv out"
+            assert same_bits(ours_conv, golden_conv), f"shift {shift} step {step}: conv state"
+    assert len(CALL_PLANS.plans) == 4  # (recurrent, conv) x (aligned, misaligned)

@@ -17,9 +17,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .call_plans import CALL_PLANS, CallPlan, call_key
 from .elementary import round_to, silu, to_fp32
-from .launch import Launcher, cdiv, next_power_of_2, tensor_layouts
-from .validation import ConvDims, check_conv_args
+from .launch import Launcher, cdiv, next_power_of_2, run_bound, tensor_layouts
+from .validation import CHECKED_INDICES, ConvDims, check_conv_args, signature
 
 
 @triton.jit
@@ -170,6 +171,13 @@ def kernel_arguments(
     return grid, arguments, constexprs
 
 
+def bound_key(tensors: tuple, no_bias: bool, dims: ConvDims, config: ConvConfig) -> tuple:
+    """The key of a bound launch of the kernel's leading ``tensors`` (x .. out, the weight in the
+    bias's place where ``no_bias``): the grid and every argument after the tensors follow from
+    it."""
+    return (dims, config, no_bias, tensors[0].get_device(), tensor_layouts(tensors))
+
+
 def launch_conv(
     x: Tensor,
     conv_state: Tensor,
@@ -188,8 +196,7 @@ def launch_conv(
     if dims.batch == 0:
         return out, None
     tensors = (x, conv_state, weight, weight if bias is None else bias, state_indices, out)
-    # the grid and every argument after the tensors follow from the key
-    key = (dims, config, bias is None, x.get_device(), tensor_layouts(tensors))
+    key = bound_key(tensors, bias is None, dims, config)
     compiled = LAUNCH_CONV.launch_bound(key, tensors)
     if compiled is not None:
         return out, compiled
@@ -220,6 +227,22 @@ def conv_update(
     ``conv_state`` is bitwise the golden's ``new_conv_state``. Runs on CUDA tensors, or on CPU
     tensors under ``TRITON_INTERPRET=1``.
     """
+    tensors = (x, conv_state, weight, state_indices)
+    options = (signature(bias), (type(activation), activation), (type(dim_first), dim_first))
+    if bias is not None:
+        tensors = (*tensors, bias)  # its layout in the key; its signature in options
+    key = call_key("conv", tensors, options)
+    plan = CALL_PLANS.get(key)
+    if plan is not None:
+        dims = plan.dims
+        CHECKED_INDICES.check(state_indices, num_blocks=conv_state.shape[0])
+        out = torch.empty((dims.batch, dims.dim), dtype=x.dtype, device=x.device)
+        if out.data_ptr() & 15 == plan.out_alignment:
+            run_bound(
+                plan.bound,
+                (x, conv_state, weight, weight if bias is None else bias, state_indices, out),
+            )
+            return out
     dims = check_conv_args(
         x,
         conv_state,
@@ -230,5 +253,10 @@ def conv_update(
         dim_first=dim_first,
         interpreted=INTERPRETED,
     )
-    out, _ = launch_conv(x, conv_state, weight, state_indices, bias, dims, conv_config(dims))
+    config = conv_config(dims)
+    out, _ = launch_conv(x, conv_state, weight, state_indices, bias, dims, config)
+    launched = (x, conv_state, weight, weight if bias is None else bias, state_indices, out)
+    bound = LAUNCH_CONV.bound.get(bound_key(launched, bias is None, dims, config))
+    if bound is not None:
+        CALL_PLANS.keep(key, CallPlan(dims, bound, out.data_ptr() & 15))
     return out

@@ -68,6 +68,15 @@ class BoundLaunch:
         self.device_index = device_index
 
 
+def run_bound(bound: BoundLaunch, tensors: tuple) -> None:
+    """Launch ``tensors`` (the leading arguments) with ``bound``, on its device."""
+    if bound.device_index != torch.cuda.current_device():
+        with torch.cuda.device(bound.device_index):
+            bound.compiled[bound.grid](*tensors, *bound.trailing)
+    else:
+        bound.compiled[bound.grid](*tensors, *bound.trailing)
+
+
 class Launcher:
     """The launches of one kernel, its compiled kernels kept per launch key."""
 
@@ -132,11 +141,7 @@ class Launcher:
         bound = self.bound.get(key)
         if bound is None:
             return None
-        if bound.device_index != torch.cuda.current_device():
-            with torch.cuda.device(bound.device_index):
-                bound.compiled[bound.grid](*tensors, *bound.trailing)
-        else:
-            bound.compiled[bound.grid](*tensors, *bound.trailing)
+        run_bound(bound, tensors)
         return bound.compiled
 
     def launch(

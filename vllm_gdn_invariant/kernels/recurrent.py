@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .call_plans import CALL_PLANS, CallPlan, call_key
 from .elementary import (
     INTERPRETED,
     QK_NORM_EPS,
@@ -40,8 +41,8 @@ from .elementary import (
     sqrt,
     to_fp32,
 )
-from .launch import Launcher, cdiv, next_power_of_2, tensor_layouts
-from .validation import RecurrentDims, check_recurrent_args
+from .launch import Launcher, cdiv, next_power_of_2, run_bound, tensor_layouts
+from .validation import CHECKED_INDICES, RecurrentDims, check_recurrent_args, signature
 
 
 @triton.jit
@@ -458,6 +459,12 @@ def kernel_arguments(
     return grid, arguments, constexprs
 
 
+def bound_key(tensors: tuple, dims: RecurrentDims, config: RecurrentConfig) -> tuple:
+    """The key of a bound launch of the kernel's leading ``tensors`` (mixed_qkv .. state_indices,
+    out among them): the grid and every argument after the tensors follow from it."""
+    return (dims, config, tensors[0].get_device(), tensor_layouts(tensors))
+
+
 def launch_recurrent(
     mixed_qkv: Tensor,
     a: Tensor,
@@ -482,8 +489,7 @@ def launch_recurrent(
     if dims.batch == 0:
         return out, None
     tensors = (mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices)
-    # the grid and every argument after the tensors follow from the key
-    key = (dims, config, mixed_qkv.get_device(), tensor_layouts(tensors))
+    key = bound_key(tensors, dims, config)
     compiled = LAUNCH_RECURRENT.launch_bound(key, tensors)
     if compiled is not None:
         return out, compiled
@@ -523,6 +529,24 @@ def recurrent_step(
     ``TRITON_INTERPRET=1``.
     """
     tensors = (mixed_qkv, a, b, A_log, dt_bias, state, state_indices)
+    options = (
+        (type(num_k_heads), num_k_heads),
+        signature(scale),
+        (type(use_qk_l2norm), use_qk_l2norm),
+    )
+    key = call_key("recurrent", tensors, options)
+    plan = CALL_PLANS.get(key)
+    if plan is not None:
+        dims = plan.dims
+        CHECKED_INDICES.check(state_indices, num_blocks=state.shape[0])
+        out = torch.empty(
+            (dims.batch, 1, dims.num_v_heads, dims.head_v),
+            dtype=mixed_qkv.dtype,
+            device=mixed_qkv.device,
+        )
+        if out.data_ptr() & 15 == plan.out_alignment:
+            run_bound(plan.bound, (mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices))
+            return out
     dims = check_recurrent_args(
         *tensors,
         num_k_heads=num_k_heads,
@@ -530,5 +554,10 @@ def recurrent_step(
         use_qk_l2norm=use_qk_l2norm,
         interpreted=INTERPRETED,
     )
-    out, _ = launch_recurrent(*tensors, dims, recurrent_config(dims, state.dtype))
+    config = recurrent_config(dims, state.dtype)
+    out, _ = launch_recurrent(*tensors, dims, config)
+    launched = (mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices)
+    bound = LAUNCH_RECURRENT.bound.get(bound_key(launched, dims, config))
+    if bound is not None:
+        CALL_PLANS.keep(key, CallPlan(dims, bound, out.data_ptr() & 15))
     return out
