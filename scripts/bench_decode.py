@@ -37,8 +37,9 @@ at least as fast): ``speed_vs_vllm`` (do_bench), ``speed_vs_vllm_wall``,
 ``speed_vs_vllm_device``. ``api_bound`` compares the public functions' wall time with their
 launch's (``ours_api`` vs ``ours``): within the bound when the API takes at most 1.25x the
 launch's wall time at B >= 64 and at most 50 µs more below; its ``checks_us`` is the host time
-per call of the public functions' checks alone (argument checks and launch-shape lookup, their
-verdicts kept, nothing launched; median over the rounds). ``summary`` lists the cases below
+per call of the public functions' checks alone as a repeated call makes them (the call key,
+the plan lookup and the index tensor's kept verdict: ``kernels/call_plans.py``; nothing
+launched; median over the rounds). ``summary`` lists the cases below
 1.0 and the API bound's misses. ``--sweep`` also times the default and other launch shapes of
 the recurrent kernel (``gdn_evidence/harness/launch_shapes.py``: splits of K, warps, value rows
 per thread, blocks of value rows per program), ``--sweep conv`` (or ``recurrent,conv``) of the
@@ -90,7 +91,9 @@ from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.kernels import conv as conv_kernel
 from vllm_gdn_invariant.kernels import conv_update, recurrent_step, serving
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
+from vllm_gdn_invariant.kernels.call_plans import CALL_PLANS
 from vllm_gdn_invariant.kernels.validation import (
+    CHECKED_INDICES,
     check_conv_args,
     check_recurrent_args,
 )
@@ -98,6 +101,7 @@ from vllm_gdn_invariant.kernels.validation import (
 SCHEMA = "vllm-gdn-invariant/bench-decode/2"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+CONV_DEFAULTS = {"bias": None, "activation": "silu", "dim_first": True}  # conv_update's
 OPS = ("recurrent", "conv", "decode_step")
 ARMS = ("vllm", "ours", "ours_api")
 PEAK_COPY_BYTES = 1 << 30
@@ -284,10 +288,9 @@ def recurrent_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
         recurrent_step(*gates, api_state, x["state_indices"], **kwargs)
 
     def checks():
-        checked = check_recurrent_args(
-            *gates, api_state, x["state_indices"], **kwargs, interpreted=interpreted
-        )
-        recurrent_kernel.recurrent_config(checked, api_state.dtype)
+        key = recurrent_kernel.recurrent_call_key(*gates, api_state, x["state_indices"], **kwargs)
+        CALL_PLANS.get(key)
+        CHECKED_INDICES.check(x["state_indices"], num_blocks=api_state.shape[0])
 
     return {
         "vllm": vllm,
@@ -334,14 +337,11 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
         conv_update(x["x"], api_state, x["weight"], x["state_indices"])
 
     def checks():
-        checked = check_conv_args(
-            x["x"],
-            api_state,
-            x["weight"],
-            x["state_indices"],
-            interpreted=conv_kernel.INTERPRETED,
+        key = conv_kernel.conv_call_key(
+            x["x"], api_state, x["weight"], x["state_indices"], **CONV_DEFAULTS
         )
-        conv_kernel.conv_config(checked)
+        CALL_PLANS.get(key)
+        CHECKED_INDICES.check(x["state_indices"], num_blocks=api_state.shape[0])
 
     return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_checks": checks, "_config": config}
 
@@ -393,16 +393,17 @@ def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     conv_out = x["x"].new_empty(x["x"].shape)  # what conv_update returns: checked, not read
 
     def checks():
-        interpreted = conv_kernel.INTERPRETED
-        conv_dims = check_conv_args(
-            x["x"], conv_states[2], x["weight"], indices, interpreted=interpreted
+        key = conv_kernel.conv_call_key(
+            x["x"], conv_states[2], x["weight"], indices, **CONV_DEFAULTS
         )
-        conv_kernel.conv_config(conv_dims)
-        dims = check_recurrent_args(
+        CALL_PLANS.get(key)
+        CHECKED_INDICES.check(indices, num_blocks=conv_states[2].shape[0])
+        key = recurrent_kernel.recurrent_call_key(
             conv_out, *gates, states[2], indices, num_k_heads=x["H"], scale=x["scale"],
-            use_qk_l2norm=True, interpreted=interpreted,
+            use_qk_l2norm=True,
         )  # fmt: skip
-        recurrent_kernel.recurrent_config(dims, states[2].dtype)
+        CALL_PLANS.get(key)
+        CHECKED_INDICES.check(indices, num_blocks=states[2].shape[0])
 
     return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_checks": checks}
 

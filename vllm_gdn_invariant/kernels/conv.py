@@ -209,6 +209,24 @@ def launch_conv(
     return out, compiled
 
 
+def conv_call_key(
+    x: object,
+    conv_state: object,
+    weight: object,
+    state_indices: object,
+    *,
+    bias: object,
+    activation: object,
+    dim_first: object,
+) -> tuple | None:
+    """The call key (``call_plans.call_key``) of ``conv_update`` with these arguments."""
+    options = (signature(bias), (type(activation), activation), (type(dim_first), dim_first))
+    tensors = (x, conv_state, weight, state_indices)
+    if bias is not None:
+        tensors = (*tensors, bias)  # its layout in the key; its signature in options
+    return call_key("conv", tensors, options)
+
+
 def conv_update(
     x: Tensor,
     conv_state: Tensor,
@@ -227,11 +245,9 @@ def conv_update(
     ``conv_state`` is bitwise the golden's ``new_conv_state``. Runs on CUDA tensors, or on CPU
     tensors under ``TRITON_INTERPRET=1``.
     """
-    tensors = (x, conv_state, weight, state_indices)
-    options = (signature(bias), (type(activation), activation), (type(dim_first), dim_first))
-    if bias is not None:
-        tensors = (*tensors, bias)  # its layout in the key; its signature in options
-    key = call_key("conv", tensors, options)
+    key = conv_call_key(
+        x, conv_state, weight, state_indices, bias=bias, activation=activation, dim_first=dim_first
+    )
     plan = CALL_PLANS.get(key)
     if plan is not None:
         dims = plan.dims

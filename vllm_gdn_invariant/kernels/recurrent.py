@@ -507,6 +507,29 @@ def launch_recurrent(
     return out, compiled
 
 
+def recurrent_call_key(
+    mixed_qkv: object,
+    a: object,
+    b: object,
+    A_log: object,
+    dt_bias: object,
+    state: object,
+    state_indices: object,
+    *,
+    num_k_heads: object,
+    scale: object,
+    use_qk_l2norm: object,
+) -> tuple | None:
+    """The call key (``call_plans.call_key``) of ``recurrent_step`` with these arguments."""
+    options = (
+        (type(num_k_heads), num_k_heads),
+        signature(scale),
+        (type(use_qk_l2norm), use_qk_l2norm),
+    )
+    tensors = (mixed_qkv, a, b, A_log, dt_bias, state, state_indices)
+    return call_key("recurrent", tensors, options)
+
+
 def recurrent_step(
     mixed_qkv: Tensor,
     a: Tensor,
@@ -529,12 +552,9 @@ def recurrent_step(
     ``TRITON_INTERPRET=1``.
     """
     tensors = (mixed_qkv, a, b, A_log, dt_bias, state, state_indices)
-    options = (
-        (type(num_k_heads), num_k_heads),
-        signature(scale),
-        (type(use_qk_l2norm), use_qk_l2norm),
+    key = recurrent_call_key(
+        *tensors, num_k_heads=num_k_heads, scale=scale, use_qk_l2norm=use_qk_l2norm
     )
-    key = call_key("recurrent", tensors, options)
     plan = CALL_PLANS.get(key)
     if plan is not None:
         dims = plan.dims
