@@ -143,3 +143,23 @@ def test_the_docs_quote_the_tried_families():
         f"fp32, {span('cache_bf16', 2)}x with bf16" in doc
     )
     assert s["cache_fp32"][0] > 1 and s["cache_bf16"][0] > 1  # slower everywhere
+
+
+def test_the_docs_quote_the_instruction_counts_of_vllms_layout():
+    path = ROOT / "docs" / "evidence" / "sass_mix_candidates_triton3.6.0.json"
+    counted = json.loads(path.read_text())["cases"]
+    doc = " ".join(DOC.read_text().split())
+    for state, name in (("bf16", "a bf16 state"), ("fp32", "fp32")):
+        one_slab = [
+            c["instructions_per_element"]
+            for c in counted
+            if c["state"] == state and c["config"]["log2_j"] == 0
+        ]
+        (default,) = [c for c in counted if c["state"] == state and c["default"]]
+        assert len(one_slab) == 4
+        quoted = (
+            f"{min(one_slab):.2f}–{max(one_slab):.2f}"
+            if state == "fp32"
+            else f"{min(one_slab):.2f}–{max(one_slab):.2f} instructions per state element"
+        )
+        assert f"{quoted} with {name} (the default {default['instructions_per_element']:.2f}" in doc
