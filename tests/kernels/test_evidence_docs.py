@@ -1,11 +1,13 @@
-"""docs/kernels.md's speed tables and verdicts are what their evidence files say: the current
-run (docs/evidence/bench_decode.json, the H200 run at 6aa67cf, and bench_engine_golden.json
-beside it), the run at 613a30b (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at
+"""docs/kernels.md's speed tables and verdicts are what their evidence files say: the latest run
+(docs/evidence/h200_engine/ea50d1f/, the host path on an H100, beside 6aa67cf's package on the
+same machine), the latest H200 run (docs/evidence/bench_decode.json at 6aa67cf, whose Triton
+functions are today's, and bench_engine_golden.json beside it), the run at 613a30b (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at
 67cd0fa before it (docs/evidence/h200_engine/67cd0fa/bench_decode.json) and the earlier one with
 vLLM 0.34.0's kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import statistics
@@ -17,7 +19,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
-CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest run of the kernels
+CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest H200 run of the kernels
+HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # the latest run, an H100
+LATEST = HOST_PATH / "bench_decode.json"
+SAME_MACHINE = HOST_PATH / "bench_decode_6aa67cf_same_machine.json"
+KERNEL_SOURCES = ("conv.py", "elementary.py", "recurrent.py")
 AT_613A30B = ROOT / "docs" / "evidence" / "h200_engine" / "613a30b" / "bench_decode.json"
 ENGINE_CURRENT = ROOT / "docs" / "evidence" / "bench_engine_golden.json"
 ENGINE_AT_613A30B = (
@@ -118,18 +124,129 @@ def git(*arguments: str) -> str:
 
 
 def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
-    """docs/kernels.md says the package has not changed since the GPU run's commit, and a test
-    compares the package with git."""
-    commit = json.loads(CURRENT.read_text())["provenance"]["git_commit"]
+    """docs/kernels.md says the package has not changed since the latest GPU run's commit, and
+    a test compares the package with git."""
+    commit = json.loads(LATEST.read_text())["provenance"]["git_commit"]
     assert f"has not changed since {commit[:7]} (a test compares it with git)" in flat_doc()
     changed = git("diff", "--name-only", commit, "--", "vllm_gdn_invariant").split()
     assert changed == [], "the package changed since the GPU run"
 
 
+def jit_functions(source: str) -> dict[str, str]:
+    """The source of each ``@triton.jit`` function of a module."""
+    tree = ast.parse(source)
+    return {
+        node.name: ast.get_source_segment(source, node)
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and any("jit" in ast.unparse(d) for d in node.decorator_list)
+    }
+
+
+def test_the_triton_functions_are_those_the_h200_run_timed():
+    """The H200 run's device times hold for the kernels launched now: every Triton function of
+    the kernels' modules has the source it had at that run's commit."""
+    commit = json.loads(CURRENT.read_text())["provenance"]["git_commit"]
+    assert "The kernels (the Triton functions) have not changed since " + commit[:7] in flat_doc()
+    for name in KERNEL_SOURCES:
+        path = f"vllm_gdn_invariant/kernels/{name}"
+        then = jit_functions(git("show", f"{commit}:{path}"))
+        now = jit_functions((ROOT / path).read_text())
+        assert then and now == then, name
+
+
+def test_the_host_path_run_is_quoted():
+    new, old = (json.loads(p.read_text()) for p in (LATEST, SAME_MACHINE))
+    assert new["provenance"]["device"] == old["provenance"]["device"]
+    assert (
+        old["provenance"]["git_commit"]
+        == json.loads(CURRENT.read_text())["provenance"]["git_commit"]
+    )
+    doc = flat_doc()
+    misses, before = new["summary"]["api_bound_misses"], old["summary"]["api_bound_misses"]
+    (miss,) = misses
+    worst = max(m["ratio"] for m in before)
+    assert (
+        f"missed once of {len(new['cases'])} (the {STATE[miss['state_dtype']]} {miss['op']} at "
+        f"B = {miss['batch']}, {miss['ratio']:.2f}x), against {len(before)} of "
+        f"{len(old['cases'])} for 6aa67cf's host path on the same machine (up to {worst:.2f}x)"
+    ) in doc
+
+    def median_ratio(report: dict, op: str) -> str:
+        ratios = [c["api_bound"]["ratio"] for c in report["cases"] if c["op"] == op]
+        return f"{statistics.median(ratios):.2f}"
+
+    assert (
+        f"`recurrent_step` {median_ratio(new, 'recurrent')} (1.23 with 6aa67cf's host path), "
+        f"`conv_update` {median_ratio(new, 'conv')} ({median_ratio(old, 'conv')}), the pair "
+        f"{median_ratio(new, 'decode_step')} ({median_ratio(old, 'decode_step')})"
+    ) in doc
+    assert median_ratio(old, "recurrent") == "1.23"
+    single = [c["api_bound"] for c in new["cases"] if c["op"] != "decode_step"]
+    pair = [c["api_bound"] for c in new["cases"] if c["op"] == "decode_step"]
+    conv = [c for c in new["cases"] if c["op"] == "conv"]
+    assert (
+        f"{span_of(single, 'checks_us', fmt='.1f')} µs per call of `recurrent_step` or "
+        f"`conv_update` and {span_of(pair, 'checks_us', fmt='.1f')} µs for the pair" in doc
+    )
+    launches = span_of([c["api_bound"] for c in conv], "launch_wall_us", fmt=".0f")
+    assert (
+        f"the conv's launch took {launches} µs of wall time per call across batch sizes, for "
+        f"kernels of "
+        f"{span_of(conv, 'kernel_us', 'ours', '.0f')} µs" in doc
+    )
+
+    def wall(report: dict, op: str) -> str:
+        small = [
+            c["speed_vs_vllm_wall"] for c in report["cases"] if c["op"] == op and c["batch"] < 64
+        ]
+        return f"{statistics.median(small):.2f}x"
+
+    assert (
+        f"medians {wall(new, 'recurrent')} for the recurrent step ({wall(old, 'recurrent')} with "
+        f"6aa67cf's host path on the same machine), {wall(new, 'conv')} for the conv "
+        f"({wall(old, 'conv')}), {wall(new, 'decode_step')} for the decode step "
+        f"({wall(old, 'decode_step')})"
+    ) in doc
+    lowest = [
+        min(c["speed_vs_vllm_wall"] for c in r["cases"] if c["batch"] < 64) for r in (new, old)
+    ]
+    assert f"every op below B = 64 {lowest[0]:.2f}x or more ({lowest[1]:.2f}x)" in doc
+
+    def device(op: str, state: str, low: int, high: int = 1024) -> str:
+        chosen = [
+            c
+            for c in new["cases"]
+            if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
+        ]
+        return span_of(chosen, "speed_vs_vllm_device") + "x"
+
+    assert (
+        f"at B >= 64 the recurrent step {device('recurrent', 'float32', 64)} with an fp32 state "
+        f"and {device('recurrent', 'bfloat16', 64)} with bf16, the decode step "
+        f"{device('decode_step', 'float32', 64)} and {device('decode_step', 'bfloat16', 64)}, the "
+        f"conv {device('conv', 'float32', 64)} (fp32 cache) and {device('conv', 'bfloat16', 64)} "
+        f"(bf16; " in doc
+    )
+    assert (
+        f"below B = 64 the recurrent step {device('recurrent', 'float32', 1, 32)} and "
+        f"{device('recurrent', 'bfloat16', 1, 32)}." in doc
+    )
+    h200 = by_cell(CURRENT)[("conv", "bfloat16", 512)]["speed_vs_vllm_device"]
+    h100 = by_cell(LATEST)[("conv", "bfloat16", 512)]["speed_vs_vllm_device"]
+    assert f"{h100:.2f}x at B = 512, where the H200 run gave {h200:.2f}x)" in doc
+    logs = (HOST_PATH / "pytest_kernels.log").read_text()
+    assert "171 passed" in logs and "the 171 cases of" in doc
+
+
 @pytest.mark.parametrize(
     "evidence, marker",
-    [(CURRENT, "bench-decode-table"), (AT_613A30B, "bench-decode-table-613a30b")],
-    ids=["current", "613a30b"],
+    [
+        (LATEST, "bench-decode-table-ea50d1f"),
+        (CURRENT, "bench-decode-table"),
+        (AT_613A30B, "bench-decode-table-613a30b"),
+    ],
+    ids=["ea50d1f", "6aa67cf", "613a30b"],
 )
 def test_each_table_is_its_evidence_file(evidence, marker):
     table = subprocess.run(
