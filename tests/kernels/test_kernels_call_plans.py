@@ -20,33 +20,16 @@ import vllm_gdn_invariant.kernels.validation as validation
 from vllm_gdn_invariant.kernels.launch import Launcher
 
 from ..golden.helpers import build_conv_case, build_recurrent_case
+from .test_kernels_launch import FakeKernel as FakeJitKernel
 from .test_kernels_signature_checks import SCENARIOS
 
 
-class FakeCompiled:
-    """Records its direct launches: ``compiled[grid](*arguments)``."""
-
-    def __init__(self):
-        self.launches = []
-
-    def __getitem__(self, grid):
-        return lambda *arguments: self.launches.append((grid, arguments))
-
-
-class FakeKernel:
-    """Records its JIT launches and returns a FakeCompiled for each."""
+class FakeKernel(FakeJitKernel):
+    """test_kernels_launch's fake JIT kernel with the parameter names of a real one."""
 
     def __init__(self, names):
+        super().__init__()
         self.arg_names = names
-        self.launches, self.compiled = [], []
-
-    def __getitem__(self, grid):
-        def run(*arguments, **options):
-            self.launches.append((grid, arguments, options))
-            self.compiled.append(FakeCompiled())
-            return self.compiled[-1]
-
-        return run
 
 
 LAUNCHERS = {
