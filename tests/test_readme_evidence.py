@@ -297,6 +297,12 @@ def kernel_claims() -> list[str]:
         ]
 
     engine = load(EVIDENCE / "bench_engine_golden.json")["summary"]
+    host_path = load(EVIDENCE / "h200_engine" / "67c154e" / "bench_engine_golden.json")
+    golden = host_path["summary"]["ratio_spread"]["golden"]["decode_throughput_vs_route"]
+    host_spread = golden["spread"]
+    host_ratio = host_path["summary"]["ratios"]["golden"]["decode_throughput_vs_route"]
+    host_rounds = host_path["summary"]["round_ratios"]["golden"]["decode_throughput_vs_route"]
+    assert 0.025 < 1 - host_ratio < 0.035  # "about 3 %"
     rounds = engine["round_ratios"]["golden"]["decode_throughput_vs_route"]
     conv_fp32 = device("conv", "float32", True) + device("conv", "float32", False)
     conv_bf16 = device("conv", "bfloat16", True) + device("conv", "bfloat16", False)
@@ -330,6 +336,8 @@ def kernel_claims() -> list[str]:
         f"its decode throughput was "
         f"{engine['ratios']['golden']['decode_throughput_vs_route']:.3f}× by the medians of "
         f"{len(rounds)} rounds whose own ratios ran {span(rounds, '.2f')}×",
+        f"(commit {host_path['provenance']['git_commit'][:7]}) the rounds agreed within "
+        f"{100 * host_spread:.1f} % and gave {host_ratio:.3f}× (rounds {span(host_rounds, '.3f')}×)",
     ]
 
 

@@ -1,9 +1,11 @@
 """docs/kernels.md's speed tables and verdicts are what their evidence files say: the latest run
 (docs/evidence/h200_engine/ea50d1f/, the host path on an H100, beside 6aa67cf's package on the
-same machine), the latest H200 run (docs/evidence/bench_decode.json at 6aa67cf, whose Triton
-functions are today's, and bench_engine_golden.json beside it), the run at 613a30b (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at
-67cd0fa before it (docs/evidence/h200_engine/67cd0fa/bench_decode.json) and the earlier one with
-vLLM 0.34.0's kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
+same machine) and the engine run after it (h200_engine/67c154e/), the latest H200 run
+(docs/evidence/bench_decode.json at 6aa67cf, whose Triton functions are today's, and
+bench_engine_golden.json beside it), the run at 613a30b
+(docs/evidence/h200_engine/613a30b/bench_decode.json), the one at 67cd0fa before it
+(docs/evidence/h200_engine/67cd0fa/bench_decode.json) and the earlier one with vLLM 0.34.0's
+kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ SAME_MACHINE = HOST_PATH / "bench_decode_6aa67cf_same_machine.json"
 KERNEL_SOURCES = ("conv.py", "elementary.py", "recurrent.py")
 AT_613A30B = ROOT / "docs" / "evidence" / "h200_engine" / "613a30b" / "bench_decode.json"
 ENGINE_CURRENT = ROOT / "docs" / "evidence" / "bench_engine_golden.json"
+ENGINE_HOST_PATH = (
+    ROOT / "docs" / "evidence" / "h200_engine" / "67c154e" / "bench_engine_golden.json"
+)
 ENGINE_AT_613A30B = (
     ROOT / "docs" / "evidence" / "h200_engine" / "613a30b" / "bench_engine_golden.json"
 )
@@ -531,3 +536,35 @@ def test_the_fp32_counts_of_the_kernels_as_timed_are_quoted():
         f"ours issues {fp32['ours']['instructions_per_element']:.2f} instructions per element "
         f"against vLLM 0.26.0's {fp32['vllm']['instructions_per_element']:.2f}" in flat_doc()
     )
+
+
+def test_the_engine_run_with_the_call_plans_is_quoted():
+    report = json.loads(ENGINE_HOST_PATH.read_text())
+    summary, rounds = report["summary"], report["rounds"]
+    assert "H100" in report["provenance"]["device"]
+    decode = summary["round_ratios"]["golden"]["decode_throughput_vs_route"]
+    by_medians = summary["ratios"]["golden"]["decode_throughput_vs_route"]
+    spread = summary["ratio_spread"]["golden"]["decode_throughput_vs_route"]["spread"]
+    own = {
+        arm: max(r[arm]["decode"]["output_tok_s"] for r in rounds)
+        / min(r[arm]["decode"]["output_tok_s"] for r in rounds)
+        for arm in ("route", "golden")
+    }
+    doc = flat_doc()
+    assert (
+        f"the same measurement with {len(rounds)} rounds was tight: each engine's own decode "
+        f"throughput varied {own['route']:.2f}x (route) and {own['golden']:.2f}x (golden)" in doc
+    )
+    assert (
+        f"ran {min(decode):.3f}–{max(decode):.3f}x (a spread of {100 * spread:.1f} % of its "
+        f"median): {by_medians:.3f}x by the medians, {statistics.median(decode):.3f}x by the "
+        f"median round ratio; inter-token latency "
+        f"{summary['ratios']['golden']['itl_vs_route']:.3f}x (longer)" in doc
+    )
+    below = sum(r < 0.99 for r in decode)
+    assert below == len(decode) - 1 and f"{max(decode):.3f}x" in doc
+    assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] == "inconclusive"
+    cost = sorted(100 * (1 - r) for r in (by_medians, statistics.median(decode)))
+    assert f"costs this workload {cost[0]:.1f}–{cost[1]:.1f} % of its decode throughput" in doc
+    recurrent = by_cell(LATEST)[("recurrent", "bfloat16", 128)]["speed_vs_vllm_device"]
+    assert f"is {recurrent:.2f}x vLLM's with a bfloat16 state at B = 128" in doc
