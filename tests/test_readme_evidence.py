@@ -337,7 +337,8 @@ def kernel_claims() -> list[str]:
         f"{engine['ratios']['golden']['decode_throughput_vs_route']:.3f}× by the medians of "
         f"{len(rounds)} rounds whose own ratios ran {span(rounds, '.2f')}×",
         f"(commit {host_path['provenance']['git_commit'][:7]}) the rounds agreed within "
-        f"{100 * host_spread:.1f} % and gave {host_ratio:.3f}× (rounds {span(host_rounds, '.3f')}×)",
+        f"{100 * host_spread:.1f} % and gave {host_ratio:.3f}× "
+        f"(rounds {span(host_rounds, '.3f')}×)",
     ]
 
 
