@@ -10,6 +10,8 @@ from pathlib import Path
 
 from gdn_evidence.e2e.preemption import results_table
 
+from ..doc_blocks import marked_block
+
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "preemption.json"
 DOC = ROOT / "docs" / "preemption.md"
@@ -22,7 +24,7 @@ def records():
 
 def test_the_docs_table_is_the_evidence_files():
     text = DOC.read_text()
-    table = text.split("<!-- preemption-table -->\n", 1)[1].split("\n<!-- /preemption-table -->")[0]
+    table = marked_block(text, "preemption-table")
     assert table == results_table(records())
 
 

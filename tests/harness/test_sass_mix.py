@@ -26,6 +26,8 @@ from gdn_evidence.harness.sass_mix import (
 )
 from vllm_gdn_invariant.kernels import codegen, recurrent
 
+from ..doc_blocks import marked_block
+
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "sass_mix.json"
 DOC = ROOT / "docs" / "kernels.md"
@@ -80,8 +82,7 @@ def test_a_source_without_the_kernel_is_refused(tmp_path):
 
 
 def test_the_docs_table_is_the_evidence_files():
-    after = DOC.read_text().split("<!-- sass-mix-table -->\n", 1)[1]
-    documented = after.split("\n<!-- /sass-mix-table -->")[0]
+    documented = marked_block(DOC.read_text(), "sass-mix-table")
     assert documented == table(json.loads(EVIDENCE.read_text())["cases"])
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from ..doc_blocks import marked_block
+
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
 CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest H200 run of the kernels
@@ -261,8 +263,7 @@ def test_each_table_is_its_evidence_file(evidence, marker):
         text=True,
         timeout=300,
     ).stdout.strip()
-    block = DOC.read_text().split(f"<!-- {marker} -->\n", 1)[1]
-    assert block.split(f"\n<!-- /{marker} -->")[0] == table
+    assert marked_block(DOC.read_text(), marker) == table
 
 
 def span_of(chosen: list[dict], key: str, arm: str | None = None, fmt: str = ".2f") -> str:

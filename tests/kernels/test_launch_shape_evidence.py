@@ -11,6 +11,8 @@ from pathlib import Path
 
 from gdn_evidence.harness.launch_shapes import default_sweep_row
 
+from ..doc_blocks import marked_block
+
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "docs" / "evidence" / "h200_engine" / "d990aaa" / "bench_decode_sweep.json"
 DOC = ROOT / "docs" / "kernels.md"
@@ -39,8 +41,7 @@ def test_the_docs_sweep_table_is_the_evidence_file():
         text=True,
         timeout=300,
     ).stdout.strip()
-    block = DOC.read_text().split("<!-- sweep-table -->\n", 1)[1].split("\n<!-- /sweep-table -->")
-    assert block[0] == table
+    assert marked_block(DOC.read_text(), "sweep-table") == table
 
 
 def spans() -> dict[str, str]:

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..doc_blocks import marked_block
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_replay.py"
 
 
@@ -33,7 +35,4 @@ def test_the_docs_speed_table_is_the_evidence_files():
         timeout=300,
     ).stdout.strip()
     doc = (root / "docs" / "replay.md").read_text()
-    block = doc.split("<!-- bench-replay-table -->\n", 1)[1].split(
-        "\n<!-- /bench-replay-table -->"
-    )[0]
-    assert block == table
+    assert marked_block(doc, "bench-replay-table") == table

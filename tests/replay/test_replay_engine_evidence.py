@@ -19,6 +19,8 @@ from gdn_evidence.e2e.replay_engine import (
 )
 from gdn_evidence.harness.replay_check import MIN_RESPONSE_TOKENS, verdict
 
+from ..doc_blocks import marked_block
+
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "replay_engine.json"
 DOC = ROOT / "docs" / "replay.md"
@@ -45,8 +47,7 @@ def test_the_doc_describes_the_runners_workload():
 
 def test_the_docs_tables_are_the_evidence_files(record):
     text = DOC.read_text()
-    block = text.split("<!-- replay-engine-tables -->\n", 1)[1]
-    assert block.split("\n<!-- /replay-engine-tables -->")[0] == evidence_tables(record)
+    assert marked_block(text, "replay-engine-tables") == evidence_tables(record)
 
 
 def test_every_replay_is_bitwise_and_every_control_differs(record):
