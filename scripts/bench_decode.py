@@ -254,6 +254,20 @@ def conv_bytes(x: dict, cache: torch.Tensor) -> int:
     return 2 * batch * nbytes(cache[0]) + 2 * nbytes(x["x"]) + nbytes(x["weight"])
 
 
+def recurrent_checks(mixed_qkv, a, b, A_log, dt_bias, state, indices, **options) -> None:
+    """What ``recurrent_step`` does before launching on a repeated call: the call key, the plan
+    lookup, the index tensor's kept verdict."""
+    tensors = (mixed_qkv, a, b, A_log, dt_bias, state, indices)
+    CALL_PLANS.get(recurrent_kernel.recurrent_call_key(*tensors, **options))
+    CHECKED_INDICES.check(indices, num_blocks=state.shape[0])
+
+
+def conv_checks(x, conv_state, weight, indices) -> None:
+    """What ``conv_update`` (its defaults) does before launching on a repeated call."""
+    CALL_PLANS.get(conv_kernel.conv_call_key(x, conv_state, weight, indices, **CONV_DEFAULTS))
+    CHECKED_INDICES.check(indices, num_blocks=conv_state.shape[0])
+
+
 def recurrent_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     """vLLM's packed decode and ours (launch and API), each on its own copy of the state."""
     vllm_state, ours_state, api_state = (x["state"].clone() for _ in range(3))
@@ -288,9 +302,7 @@ def recurrent_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
         recurrent_step(*gates, api_state, x["state_indices"], **kwargs)
 
     def checks():
-        key = recurrent_kernel.recurrent_call_key(*gates, api_state, x["state_indices"], **kwargs)
-        CALL_PLANS.get(key)
-        CHECKED_INDICES.check(x["state_indices"], num_blocks=api_state.shape[0])
+        recurrent_checks(*gates, api_state, x["state_indices"], **kwargs)
 
     return {
         "vllm": vllm,
@@ -337,11 +349,7 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
         conv_update(x["x"], api_state, x["weight"], x["state_indices"])
 
     def checks():
-        key = conv_kernel.conv_call_key(
-            x["x"], api_state, x["weight"], x["state_indices"], **CONV_DEFAULTS
-        )
-        CALL_PLANS.get(key)
-        CHECKED_INDICES.check(x["state_indices"], num_blocks=api_state.shape[0])
+        conv_checks(x["x"], api_state, x["weight"], x["state_indices"])
 
     return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_checks": checks, "_config": config}
 
@@ -393,17 +401,11 @@ def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     conv_out = x["x"].new_empty(x["x"].shape)  # what conv_update returns: checked, not read
 
     def checks():
-        key = conv_kernel.conv_call_key(
-            x["x"], conv_states[2], x["weight"], indices, **CONV_DEFAULTS
-        )
-        CALL_PLANS.get(key)
-        CHECKED_INDICES.check(indices, num_blocks=conv_states[2].shape[0])
-        key = recurrent_kernel.recurrent_call_key(
+        conv_checks(x["x"], conv_states[2], x["weight"], indices)
+        recurrent_checks(
             conv_out, *gates, states[2], indices, num_k_heads=x["H"], scale=x["scale"],
             use_qk_l2norm=True,
         )  # fmt: skip
-        CALL_PLANS.get(key)
-        CHECKED_INDICES.check(indices, num_blocks=states[2].shape[0])
 
     return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_checks": checks}
 
