@@ -47,6 +47,10 @@ conv kernel (channels per program, warps), from B = ``--sweep-from`` (default 64
 rounds that each time every shape once, medians fastest first, each with vLLM's time over it;
 ``--sweep-table`` prints them, and per op and state dtype the one shape closest to the fastest
 at every swept batch size.
+``--contracted`` also times, beside each recurrent case, our recurrent kernel at its default
+launch shape compiled with contraction on (``launch_contracted``; LLVM fuses each product into
+the add it feeds: the K-sums' first level and the update), alternating with vLLM and ours in
+CONTRACTED_ROUNDS rounds: what a golden with FMAs in those places could gain; not bitwise.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
 no golden has its bits) at the default launch shape's block of value rows and warps, one block
@@ -544,6 +548,53 @@ def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
     return result
 
 
+CONTRACTED_ROUNDS = 5
+
+
+def launch_contracted(gates: tuple, state, indices, dims, config) -> torch.Tensor:
+    """Our recurrent kernel at ``config`` compiled with contraction on (LLVM fuses products into
+    the adds they feed: FMAs at the K-sums' first level and the update); not the goldens' bits."""
+    out = torch.empty(
+        (dims.batch, 1, dims.num_v_heads, dims.head_v), dtype=gates[0].dtype, device=state.device
+    )
+    grid, arguments, constexprs = recurrent_kernel.kernel_arguments(
+        *gates, out, state, indices, dims, config
+    )
+    recurrent_kernel.recurrent_step_kernel[grid](
+        *arguments, **constexprs, num_warps=config.num_warps, enable_fp_fusion=True
+    )
+    return out
+
+
+def time_contracted(arms: dict, x: dict, clock: GpuClock) -> dict:
+    """vLLM, ours and ours compiled with contraction (``launch_contracted``) at the default
+    launch shape, alternating in CONTRACTED_ROUNDS rounds, each on its own copy of the state:
+    medians of do_bench and device time, and vLLM's time over each."""
+    gates = (x["mixed_qkv"], x["a"], x["b"], x["A_log"], x["dt_bias"])
+    state = x["state"].clone()
+
+    def contracted():
+        launch_contracted(gates, state, x["state_indices"], arms["_dims"], arms["_config"])
+
+    fns = {"vllm": arms["vllm"], "ours": arms["ours"], "contracted": contracted}
+    bench = {name: [] for name in fns}
+    device = {name: [] for name in fns}
+    for _ in range(CONTRACTED_ROUNDS):
+        for name, fn in fns.items():
+            bench[name].append(clock.bench_us(fn))
+            device[name].append(clock.device_us(fn))
+    us = {name: statistics.median(s) for name, s in bench.items()}
+    kernel = {name: median(s) for name, s in device.items()}
+    return {
+        "us": rounded(us),
+        "kernel_us": rounded(kernel),
+        "speed_vs_vllm": {name: ratio(us["vllm"], us[name]) for name in ("ours", "contracted")},
+        "speed_vs_vllm_device": {
+            name: ratio(kernel["vllm"], kernel[name]) for name in ("ours", "contracted")
+        },
+    }
+
+
 def golden_packed_decode(
     *, mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
     use_qk_l2norm_in_kernel,
@@ -720,6 +771,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--what-if", action="store_true", help="also time the what-if kernel (module docstring)"
     )
+    parser.add_argument(
+        "--contracted",
+        action="store_true",
+        help="also time our recurrent kernel compiled with contraction on (not bitwise)",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--rounds", type=int, help="rounds (default: 7, --quick 3)")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
@@ -825,6 +881,8 @@ def main(argv: list[str] | None = None) -> int:
                     case["config"] = arms["_config"].__dict__
                     if args.what_if and state_dtype == torch.bfloat16:
                         case["what_if"] = time_what_if(arms, x, result["us"]["vllm"], clock)
+                    if args.contracted:
+                        case["contracted"] = time_contracted(arms, x, clock)
                 cases.append(case)
                 write(False)  # what finished comes back if the run is cut short
                 us, bound = result["us"], result["api_bound"]
