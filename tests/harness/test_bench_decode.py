@@ -85,6 +85,21 @@ def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, be
             assert "what_if" not in case
 
 
+def test_contracted_times_vllm_ours_and_the_contracted_kernel_beside_each_recurrent_case(
+    tmp_path,
+):
+    target = tmp_path / "contracted.json"
+    result = run("--smoke", "--ops", "recurrent", "--contracted", "--out", str(target))
+    assert result.returncode == 0, result.stderr[-3000:]
+    cases = json.loads(target.read_text())["cases"]
+    assert {c["state_dtype"] for c in cases} == {"float32", "bfloat16"}
+    for case in cases:
+        contracted = case["contracted"]
+        assert set(contracted["us"]) == {"vllm", "ours", "contracted"}
+        assert all(t > 0 for t in contracted["us"].values())
+        assert set(contracted["speed_vs_vllm"]) == {"ours", "contracted"}
+
+
 @pytest.mark.parametrize(
     "batch, api, launch, within",
     [
