@@ -675,6 +675,28 @@ def results_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def contracted_table(report: dict) -> str:
+    """The Markdown table of ``--contracted``: per recurrent case, device time (profiler) and
+    do_bench time of vLLM, ours and ours compiled with contraction, and vLLM's over each."""
+    lines = [
+        "| state | B | vLLM (µs, device) | ours | contracted | vLLM/ours | vLLM/contracted "
+        "| do_bench: vLLM/ours | vLLM/contracted |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    cases = [c for c in report["cases"] if "contracted" in c]
+    for c in sorted(cases, key=lambda c: (c["state_dtype"], -c["batch"])):
+        k = c["contracted"]
+        cells = [
+            STATE_NAMES[c["state_dtype"]],
+            str(c["batch"]),
+            *(f"{k['kernel_us'][arm]:.1f}" for arm in ("vllm", "ours", "contracted")),
+            *(f"{k['speed_vs_vllm_device'][arm]:.3f}" for arm in ("ours", "contracted")),
+            *(f"{k['speed_vs_vllm'][arm]:.3f}" for arm in ("ours", "contracted")),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def shape_text(config: dict) -> str:
     """A launch shape as the sweep tables write it: ``block_v=8, ..., num_warps=1``."""
     return ", ".join(f"{k}={v}" for k, v in config.items())
@@ -753,6 +775,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sweep-table", type=Path, help="print the launch-shape sweep of this JSON file"
     )
+    parser.add_argument(
+        "--contracted-table", type=Path, help="print the --contracted timings of this JSON file"
+    )
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: all)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + str(OPS))
     parser.add_argument(
@@ -785,6 +810,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.sweep_table is not None:
         print(sweep_table(json.loads(args.sweep_table.read_text())))
+        return 0
+    if args.contracted_table is not None:
+        print(contracted_table(json.loads(args.contracted_table.read_text())))
         return 0
     if args.out is None:
         parser.error("--out is required (or --table)")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
-from bench_decode import QUICK, STATE_DTYPES, GpuClock, inputs, recurrent_arms
+from bench_decode import QUICK, STATE_DTYPES, STATE_NAMES, GpuClock, inputs, recurrent_arms
 
 from gdn_evidence.harness.agreement import load_providers
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS
@@ -119,12 +119,56 @@ def parse_ncu_csv(text: str, batches: list[int]) -> list[dict]:
     return cases
 
 
+TABLE_METRICS = (
+    ("time (µs)", "gpu__time_duration.sum", 1e-3, ".1f"),
+    ("DRAM % of peak", "dram__throughput.avg.pct_of_peak_sustained_elapsed", 1, ".1f"),
+    ("DRAM MB read + written", None, None, ".1f"),
+    ("instructions (M)", "smsp__inst_executed.sum", 1e-6, ".1f"),
+    ("issue active %", "smsp__issue_active.avg.pct_of_peak_sustained_active", 1, ".1f"),
+    ("warps active %", "sm__warps_active.avg.pct_of_peak_sustained_active", 1, ".1f"),
+    ("registers", "launch__registers_per_thread", 1, ".0f"),
+    ("threads per program", "launch__block_size", 1, ".0f"),
+    *(
+        (f"stall {s.replace('_', ' ')}", f"smsp__average_warps_issue_stalled_{s}_per_issue_active"
+         ".ratio", 1, ".2f")
+        for s in ("long_scoreboard", "short_scoreboard", "wait", "barrier", "not_selected")
+    ),
+)  # fmt: skip
+
+
+def results_table(report: dict) -> str:
+    """The Markdown table of a report: one row per metric, one column per case and kernel
+    (stalls are warps stalled per issued instruction)."""
+    columns = [
+        (f"{STATE_NAMES[c['state_dtype']]} B={c['batch']} {arm}", c["kernels"][arm])
+        for c in report["cases"]
+        for arm in ("vllm", "ours")
+    ]
+    lines = [
+        "| metric | " + " | ".join(name for name, _ in columns) + " |",
+        "| --- |" + " --- |" * len(columns),
+    ]
+    for label, metric, scale, spec in TABLE_METRICS:
+        if metric is None:
+            values = [
+                (k["dram__bytes_read.sum"] + k["dram__bytes_write.sum"]) / 1e6 for _, k in columns
+            ]
+        else:
+            values = [k[metric] * scale for _, k in columns]
+        lines.append(f"| {label} | " + " | ".join(format(v, spec) for v in values) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="JSON file to write")
     parser.add_argument("--batch-sizes", default="128,1024", help="comma-separated")
     parser.add_argument("--run", action="store_true", help="launch the kernels (under ncu)")
+    parser.add_argument("--table", type=Path, help="print the Markdown table of this JSON file")
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print(results_table(json.loads(args.table.read_text())))
+        return 0
     batches = [int(b) for b in args.batch_sizes.split(",")]
     if args.run:
         run_cases(batches)

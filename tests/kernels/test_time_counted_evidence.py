@@ -1,0 +1,79 @@
+"""docs/kernels.md, "Where the recurrent kernel's time goes, counted": its two tables are what the
+scripts print from the committed evidence, and the numbers its prose quotes are theirs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..doc_blocks import marked_block
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "kernels.md"
+CONTRACTED = ROOT / "docs/evidence/h200_engine/ee138de/bench_decode_contracted.json"
+NCU = ROOT / "docs/evidence/h200_engine/1765652/ncu_recurrent.json"
+
+
+def printed(script: str, flag: str, evidence: Path) -> str:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), flag, str(evidence)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout.strip()
+
+
+@pytest.mark.parametrize(
+    "script, flag, evidence, marker",
+    [
+        ("bench_decode.py", "--contracted-table", CONTRACTED, "contracted-table"),
+        ("profile_recurrent.py", "--table", NCU, "ncu-table"),
+    ],
+    ids=["contracted", "ncu"],
+)
+def test_each_table_is_its_evidence_file(script, flag, evidence, marker):
+    assert marked_block(DOC.read_text(), marker) == printed(script, flag, evidence)
+
+
+def doc_text() -> str:
+    return " ".join(DOC.read_text().split())
+
+
+def test_the_contraction_gains_quoted_are_the_runs():
+    cases = json.loads(CONTRACTED.read_text())["cases"]
+    gains = {
+        (c["state_dtype"], c["batch"]): c["contracted"]["speed_vs_vllm_device"]["contracted"]
+        / c["contracted"]["speed_vs_vllm_device"]["ours"]
+        - 1
+        for c in cases
+    }
+    large = [g for (_, batch), g in gains.items() if batch >= 64]
+    assert round(min(large) * 100, 1) == -0.1 and round(max(large) * 100, 1) == 0.5
+    fp32 = [g for (dtype, batch), g in gains.items() if batch >= 64 and dtype == "float32"]
+    assert round(max(fp32) * 100, 1) == 0.3
+    small = [c["contracted"]["kernel_us"] for c in cases if c["batch"] < 64]
+    assert max(abs(k["ours"] - k["contracted"]) for k in small) == pytest.approx(0.8, abs=0.05)
+    text = doc_text()
+    assert "moves the device time by -0.1 to +0.5 %" in text
+    assert "fp32 at most +0.3 %" in text and "differ by up to 0.8 µs either way" in text
+
+
+def test_the_dram_shares_quoted_are_the_counters():
+    cases = {
+        (c["state_dtype"], c["batch"]): c["kernels"] for c in json.loads(NCU.read_text())["cases"]
+    }
+    dram = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+
+    def pair(arm: str, dtype: str) -> str:
+        return f"{cases[(dtype, 128)][arm][dram]:.1f} / {cases[(dtype, 1024)][arm][dram]:.1f} %"
+
+    text = doc_text()
+    assert f"vLLM {pair('vllm', 'float32')} of peak with fp32" in text
+    assert f"against ours' {pair('ours', 'float32')}" in text
+    assert f"and {pair('vllm', 'bfloat16')} with bf16" in text
+    assert f"against ours' {pair('ours', 'bfloat16')}" in text
