@@ -48,9 +48,11 @@ rounds that each time every shape once, medians fastest first, each with vLLM's 
 ``--sweep-table`` prints them, and per op and state dtype the one shape closest to the fastest
 at every swept batch size.
 ``--contracted`` also times, beside each recurrent case, our recurrent kernel at its default
-launch shape compiled with contraction on (``launch_contracted``; LLVM fuses each product into
+launch shape compiled with contraction on (``launch_variant``; LLVM fuses each product into
 the add it feeds: the K-sums' first level and the update), alternating with vLLM and ours in
-CONTRACTED_ROUNDS rounds: what a golden with FMAs in those places could gain; not bitwise.
+VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not bitwise.
+``--registers`` times REGISTER_VARIANTS the same way: ptxas's register cap (``maxnreg``) at the
+default launch shape and at one warp of 8 value rows taking 8 blocks in turn.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
 no golden has its bits) at the default launch shape's block of value rows and warps, one block
@@ -548,12 +550,24 @@ def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
     return result
 
 
-CONTRACTED_ROUNDS = 5
+VARIANT_ROUNDS = 5
+CONTRACTED = {"contracted": (None, {"enable_fp_fusion": True})}
+# Register budgets (ptxas's .maxnreg) at the default launch shape and at one warp of 8 value rows
+# taking 8 blocks in turn: where ptxas places the next block's loads depends on it.
+REGISTER_VARIANTS = {
+    "maxnreg_168": (None, {"maxnreg": 168}),
+    "maxnreg_255": (None, {"maxnreg": 255}),
+    "w1c8": ({"block_v": 8, "num_warps": 1, "chunks": 8}, {}),
+    "w1c8_maxnreg_168": ({"block_v": 8, "num_warps": 1, "chunks": 8}, {"maxnreg": 168}),
+    "w1c8_maxnreg_255": ({"block_v": 8, "num_warps": 1, "chunks": 8}, {"maxnreg": 255}),
+}
 
 
-def launch_contracted(gates: tuple, state, indices, dims, config) -> torch.Tensor:
-    """Our recurrent kernel at ``config`` compiled with contraction on (LLVM fuses products into
-    the adds they feed: FMAs at the K-sums' first level and the update); not the goldens' bits."""
+def launch_variant(gates: tuple, state, indices, dims, config, options: dict) -> torch.Tensor:
+    """Our recurrent kernel at ``config`` through Triton's JIT launcher with compile
+    ``options`` (``enable_fp_fusion`` False unless given: with True, LLVM fuses products into
+    the adds they feed, FMAs at the K-sums' first level and the update, not the goldens' bits;
+    ``maxnreg`` caps ptxas's registers, which moves no bits)."""
     out = torch.empty(
         (dims.batch, 1, dims.num_v_heads, dims.head_v), dtype=gates[0].dtype, device=state.device
     )
@@ -561,37 +575,47 @@ def launch_contracted(gates: tuple, state, indices, dims, config) -> torch.Tenso
         *gates, out, state, indices, dims, config
     )
     recurrent_kernel.recurrent_step_kernel[grid](
-        *arguments, **constexprs, num_warps=config.num_warps, enable_fp_fusion=True
+        *arguments,
+        **constexprs,
+        num_warps=config.num_warps,
+        **({"enable_fp_fusion": False} | options),
     )
     return out
 
 
-def time_contracted(arms: dict, x: dict, clock: GpuClock) -> dict:
-    """vLLM, ours and ours compiled with contraction (``launch_contracted``) at the default
-    launch shape, alternating in CONTRACTED_ROUNDS rounds, each on its own copy of the state:
-    medians of do_bench and device time, and vLLM's time over each."""
+def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
+    """vLLM, ours and each variant (name: (launch-shape fields replaced or None, compile
+    options), ``launch_variant``), alternating in VARIANT_ROUNDS rounds, each on its own copy
+    of the state: medians of do_bench and device time, and vLLM's time over each."""
     gates = (x["mixed_qkv"], x["a"], x["b"], x["A_log"], x["dt_bias"])
-    state = x["state"].clone()
+    fns = {"vllm": arms["vllm"], "ours": arms["ours"]}
+    configs = {}
+    for name, (fields, options) in variants.items():
+        config = dataclasses.replace(arms["_config"], **(fields or {}))
+        config = dataclasses.replace(
+            config, chunks=max(1, min(config.chunks, arms["_dims"].head_v // config.block_v))
+        )
+        state, configs[name] = x["state"].clone(), config.__dict__
 
-    def contracted():
-        launch_contracted(gates, state, x["state_indices"], arms["_dims"], arms["_config"])
+        def run(state=state, config=config, options=options):
+            launch_variant(gates, state, x["state_indices"], arms["_dims"], config, options)
 
-    fns = {"vllm": arms["vllm"], "ours": arms["ours"], "contracted": contracted}
+        fns[name] = run
     bench = {name: [] for name in fns}
     device = {name: [] for name in fns}
-    for _ in range(CONTRACTED_ROUNDS):
+    for _ in range(VARIANT_ROUNDS):
         for name, fn in fns.items():
             bench[name].append(clock.bench_us(fn))
             device[name].append(clock.device_us(fn))
     us = {name: statistics.median(s) for name, s in bench.items()}
     kernel = {name: median(s) for name, s in device.items()}
+    timed = [name for name in fns if name != "vllm"]
     return {
+        "configs": configs,
         "us": rounded(us),
         "kernel_us": rounded(kernel),
-        "speed_vs_vllm": {name: ratio(us["vllm"], us[name]) for name in ("ours", "contracted")},
-        "speed_vs_vllm_device": {
-            name: ratio(kernel["vllm"], kernel[name]) for name in ("ours", "contracted")
-        },
+        "speed_vs_vllm": {name: ratio(us["vllm"], us[name]) for name in timed},
+        "speed_vs_vllm_device": {name: ratio(kernel["vllm"], kernel[name]) for name in timed},
     }
 
 
@@ -801,6 +825,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time our recurrent kernel compiled with contraction on (not bitwise)",
     )
+    parser.add_argument(
+        "--registers",
+        action="store_true",
+        help="also time our recurrent kernel under other register budgets (REGISTER_VARIANTS)",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--rounds", type=int, help="rounds (default: 7, --quick 3)")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
@@ -910,7 +939,9 @@ def main(argv: list[str] | None = None) -> int:
                     if args.what_if and state_dtype == torch.bfloat16:
                         case["what_if"] = time_what_if(arms, x, result["us"]["vllm"], clock)
                     if args.contracted:
-                        case["contracted"] = time_contracted(arms, x, clock)
+                        case["contracted"] = time_variants(arms, x, clock, CONTRACTED)
+                    if args.registers:
+                        case["registers"] = time_variants(arms, x, clock, REGISTER_VARIANTS)
                 cases.append(case)
                 write(False)  # what finished comes back if the run is cut short
                 us, bound = result["us"], result["api_bound"]
