@@ -699,23 +699,23 @@ def results_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def contracted_table(report: dict) -> str:
-    """The Markdown table of ``--contracted``: per recurrent case, device time (profiler) and
-    do_bench time of vLLM, ours and ours compiled with contraction, and vLLM's over each."""
+def variants_table(report: dict, key: str) -> str:
+    """The Markdown table of ``--contracted`` (``key`` "contracted") or ``--registers``
+    ("registers"): per recurrent case vLLM's device time (profiler) and vLLM's device time over
+    ours and over each variant's."""
+    cases = [c for c in report["cases"] if key in c]
+    arms = list(cases[0][key]["speed_vs_vllm_device"])
     lines = [
-        "| state | B | vLLM (µs, device) | ours | contracted | vLLM/ours | vLLM/contracted "
-        "| do_bench: vLLM/ours | vLLM/contracted |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| state | B | vLLM (µs, device) | " + " | ".join(f"vLLM/{arm}" for arm in arms) + " |",
+        "| --- | --- | --- |" + " --- |" * len(arms),
     ]
-    cases = [c for c in report["cases"] if "contracted" in c]
     for c in sorted(cases, key=lambda c: (c["state_dtype"], -c["batch"])):
-        k = c["contracted"]
+        timed = c[key]
         cells = [
             STATE_NAMES[c["state_dtype"]],
             str(c["batch"]),
-            *(f"{k['kernel_us'][arm]:.1f}" for arm in ("vllm", "ours", "contracted")),
-            *(f"{k['speed_vs_vllm_device'][arm]:.3f}" for arm in ("ours", "contracted")),
-            *(f"{k['speed_vs_vllm'][arm]:.3f}" for arm in ("ours", "contracted")),
+            f"{timed['kernel_us']['vllm']:.1f}",
+            *(f"{timed['speed_vs_vllm_device'][arm]:.3f}" for arm in arms),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -799,9 +799,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sweep-table", type=Path, help="print the launch-shape sweep of this JSON file"
     )
-    parser.add_argument(
-        "--contracted-table", type=Path, help="print the --contracted timings of this JSON file"
-    )
+    for key in ("contracted", "registers"):
+        parser.add_argument(
+            f"--{key}-table", type=Path, help=f"print the --{key} timings of this JSON file"
+        )
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: all)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + str(OPS))
     parser.add_argument(
@@ -840,9 +841,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep_table is not None:
         print(sweep_table(json.loads(args.sweep_table.read_text())))
         return 0
-    if args.contracted_table is not None:
-        print(contracted_table(json.loads(args.contracted_table.read_text())))
-        return 0
+    for key, path in (("contracted", args.contracted_table), ("registers", args.registers_table)):
+        if path is not None:
+            print(variants_table(json.loads(path.read_text()), key))
+            return 0
     if args.out is None:
         parser.error("--out is required (or --table)")
     ops = tuple(args.ops.split(","))
