@@ -4,6 +4,7 @@ scripts print from the committed evidence, and the numbers its prose quotes are 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "kernels.md"
 CONTRACTED = ROOT / "docs/evidence/h200_engine/ee138de/bench_decode_contracted.json"
 NCU = ROOT / "docs/evidence/h200_engine/1765652/ncu_recurrent.json"
+REGISTERS = ROOT / "docs/evidence/h200_engine/641fd2c/bench_decode_registers.json"
+LOAD_ORDER = ROOT / "docs/evidence/sass_load_order_triton3.6.0.json"
 
 
 def printed(script: str, flag: str, evidence: Path) -> str:
@@ -33,8 +36,9 @@ def printed(script: str, flag: str, evidence: Path) -> str:
     [
         ("bench_decode.py", "--contracted-table", CONTRACTED, "contracted-table"),
         ("profile_recurrent.py", "--table", NCU, "ncu-table"),
+        ("bench_decode.py", "--registers-table", REGISTERS, "registers-table"),
     ],
-    ids=["contracted", "ncu"],
+    ids=["contracted", "ncu", "registers"],
 )
 def test_each_table_is_its_evidence_file(script, flag, evidence, marker):
     assert marked_block(DOC.read_text(), marker) == printed(script, flag, evidence)
@@ -77,3 +81,28 @@ def test_the_dram_shares_quoted_are_the_counters():
     assert f"against ours' {pair('ours', 'float32')}" in text
     assert f"and {pair('vllm', 'bfloat16')} with bf16" in text
     assert f"against ours' {pair('ours', 'bfloat16')}" in text
+
+
+def test_every_register_cap_was_slower_than_ptxas_own_choice():
+    for case in json.loads(REGISTERS.read_text())["cases"]:
+        device = case["registers"]["speed_vs_vllm_device"]
+        assert all(device[name] < device["ours"] for name in device if "maxnreg" in name)
+
+
+def arithmetic_after_the_last_load(order: str) -> int:
+    """fp32 ops between the loop's last load and its state stores (the first SSSS)."""
+    loop = order[: order.index("SSSS")]
+    tail = loop[loop.rindex("L") + 1 :]
+    return sum(int(n) if n else 1 for n in re.findall(r"f(\d*)", tail))
+
+
+def test_the_load_placement_quoted_is_the_compiled_code():
+    cases = {c["maxnreg"]: c for c in json.loads(LOAD_ORDER.read_text())["cases"]}
+    default, capped = cases[None], cases[168]
+    loop_ptx = default["ptx"].rsplit("LLLLL", 1)[1]
+    assert loop_ptx.startswith("f") and "S" in loop_ptx  # PTX: loads, then arithmetic, stores
+    assert arithmetic_after_the_last_load(default["sass"]) < 5  # SASS: loads by the stores
+    assert arithmetic_after_the_last_load(capped["sass"]) > 100  # capped: before most of it
+    assert (default["registers"], capped["registers"], cases[255]["registers"]) == (128, 154, 154)
+    text = doc_text()
+    assert "keeping the kernel at 128 registers" in text and "it takes 154" in text
