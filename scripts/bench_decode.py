@@ -51,8 +51,10 @@ at every swept batch size.
 launch shape compiled with contraction on (``launch_variant``; LLVM fuses each product into
 the add it feeds: the K-sums' first level and the update), alternating with vLLM and ours in
 VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not bitwise.
-``--registers`` times REGISTER_VARIANTS the same way: ptxas's register cap (``maxnreg``) at the
-default launch shape and at one warp of 8 value rows taking 8 blocks in turn.
+``--registers`` and ``--prefetch`` time those sets of VARIANTS the same way: ptxas's register cap
+(``maxnreg``), and ``harness/prefetch_kernel.py`` (the state two blocks ahead in flight), each
+also at a one-warp shape; ``same_bits`` says whether each variant's output and state were
+bitwise ours after one call.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
 no golden has its bits) at the default launch shape's block of value rows and warps, one block
@@ -90,6 +92,7 @@ import torch
 from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
+from gdn_evidence.harness.prefetch_kernel import prefetch_two_kernel
 from gdn_evidence.harness.profiling import kernel_time
 from gdn_evidence.harness.provenance import provenance
 from gdn_evidence.harness.what_if_kernel import launch_grouped
@@ -551,30 +554,44 @@ def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
 
 
 VARIANT_ROUNDS = 5
-CONTRACTED = {"contracted": (None, {"enable_fp_fusion": True})}
-# Register budgets (ptxas's .maxnreg) at the default launch shape and at one warp of 8 value rows
-# taking 8 blocks in turn: where ptxas places the next block's loads depends on it.
-REGISTER_VARIANTS = {
-    "maxnreg_168": (None, {"maxnreg": 168}),
-    "maxnreg_255": (None, {"maxnreg": 255}),
-    "w1c8": ({"block_v": 8, "num_warps": 1, "chunks": 8}, {}),
-    "w1c8_maxnreg_168": ({"block_v": 8, "num_warps": 1, "chunks": 8}, {"maxnreg": 168}),
-    "w1c8_maxnreg_255": ({"block_v": 8, "num_warps": 1, "chunks": 8}, {"maxnreg": 255}),
+ONE_WARP_8_ROWS = {"block_v": 8, "num_warps": 1}
+# Sets of variants of our recurrent kernel, name: (launch-shape fields replaced or None, compile
+# options, kernel or None for ours).
+VARIANTS = {
+    "contracted": {"contracted": (None, {"enable_fp_fusion": True}, None)},
+    # ptxas's register cap (.maxnreg) at the default launch shape and at one warp of 8 value
+    # rows taking 8 blocks in turn: where ptxas places the next block's loads depends on it.
+    "registers": {
+        "maxnreg_168": (None, {"maxnreg": 168}, None),
+        "maxnreg_255": (None, {"maxnreg": 255}, None),
+        "w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, None),
+        "w1c8_maxnreg_168": (ONE_WARP_8_ROWS | {"chunks": 8}, {"maxnreg": 168}, None),
+        "w1c8_maxnreg_255": (ONE_WARP_8_ROWS | {"chunks": 8}, {"maxnreg": 255}, None),
+    },
+    # The state two blocks ahead in flight (harness/prefetch_kernel.py), at the default shape
+    # and at one warp of 8 value rows taking 16 blocks in turn (with ours at that shape).
+    "prefetch": {
+        "prefetch_two": (None, {}, prefetch_two_kernel),
+        "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
+        "prefetch_two_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, prefetch_two_kernel),
+    },
 }
 
 
-def launch_variant(gates: tuple, state, indices, dims, config, options: dict) -> torch.Tensor:
-    """Our recurrent kernel at ``config`` through Triton's JIT launcher with compile
-    ``options`` (``enable_fp_fusion`` False unless given: with True, LLVM fuses products into
-    the adds they feed, FMAs at the K-sums' first level and the update, not the goldens' bits;
-    ``maxnreg`` caps ptxas's registers, which moves no bits)."""
+def launch_variant(
+    gates: tuple, state, indices, dims, config, options: dict, kernel=None
+) -> torch.Tensor:
+    """``kernel`` (default: our recurrent kernel; another takes its arguments) at ``config``
+    through Triton's JIT launcher with compile ``options`` (``enable_fp_fusion`` False unless
+    given: with True, LLVM fuses products into the adds they feed, FMAs at the K-sums' first
+    level and the update, not the goldens' bits; ``maxnreg`` caps ptxas's registers)."""
     out = torch.empty(
         (dims.batch, 1, dims.num_v_heads, dims.head_v), dtype=gates[0].dtype, device=state.device
     )
     grid, arguments, constexprs = recurrent_kernel.kernel_arguments(
         *gates, out, state, indices, dims, config
     )
-    recurrent_kernel.recurrent_step_kernel[grid](
+    (kernel or recurrent_kernel.recurrent_step_kernel)[grid](
         *arguments,
         **constexprs,
         num_warps=config.num_warps,
@@ -583,22 +600,45 @@ def launch_variant(gates: tuple, state, indices, dims, config, options: dict) ->
     return out
 
 
+def whole_blocks(config, head_v: int) -> bool:
+    """Two or more blocks per program, V a multiple of their rows."""
+    return config.chunks >= 2 and head_v % (config.block_v * config.chunks) == 0
+
+
+def same_bits_as(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Bitwise equal (on integer views of the same width)."""
+    view = {2: torch.int16, 4: torch.int32}[x.element_size()]
+    return x.dtype == y.dtype and torch.equal(x.view(view), y.view(view))
+
+
 def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
-    """vLLM, ours and each variant (name: (launch-shape fields replaced or None, compile
-    options), ``launch_variant``), alternating in VARIANT_ROUNDS rounds, each on its own copy
-    of the state: medians of do_bench and device time, and vLLM's time over each."""
+    """vLLM, ours and each variant of a VARIANTS set (``launch_variant``), alternating in
+    VARIANT_ROUNDS rounds, each on its own copy of the state: medians of do_bench and device
+    time, and vLLM's time over each; per variant whether one call's output and state are
+    bitwise ours (``same_bits``)."""
     gates = (x["mixed_qkv"], x["a"], x["b"], x["A_log"], x["dt_bias"])
     fns = {"vllm": arms["vllm"], "ours": arms["ours"]}
-    configs = {}
-    for name, (fields, options) in variants.items():
+    configs, same_bits = {}, {}
+    reference_state = x["state"].clone()
+    reference = recurrent_kernel.launch_recurrent(
+        *gates, reference_state, x["state_indices"], arms["_dims"], arms["_config"]
+    )[0]
+    for name, (fields, options, kernel) in variants.items():
         config = dataclasses.replace(arms["_config"], **(fields or {}))
         config = dataclasses.replace(
             config, chunks=max(1, min(config.chunks, arms["_dims"].head_v // config.block_v))
         )
-        state, configs[name] = x["state"].clone(), config.__dict__
+        if kernel is not None and not whole_blocks(config, arms["_dims"].head_v):
+            continue  # the what-if kernels take whole blocks, two or more per program
+        configs[name] = config.__dict__
+        state = x["state"].clone()
+        out = launch_variant(
+            gates, state, x["state_indices"], arms["_dims"], config, options, kernel
+        )
+        same_bits[name] = same_bits_as(out, reference) and same_bits_as(state, reference_state)
 
-        def run(state=state, config=config, options=options):
-            launch_variant(gates, state, x["state_indices"], arms["_dims"], config, options)
+        def run(state=state, config=config, options=options, kernel=kernel):
+            launch_variant(gates, state, x["state_indices"], arms["_dims"], config, options, kernel)
 
         fns[name] = run
     bench = {name: [] for name in fns}
@@ -612,6 +652,7 @@ def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
     timed = [name for name in fns if name != "vllm"]
     return {
         "configs": configs,
+        "same_bits": same_bits,
         "us": rounded(us),
         "kernel_us": rounded(kernel),
         "speed_vs_vllm": {name: ratio(us["vllm"], us[name]) for name in timed},
@@ -700,11 +741,11 @@ def results_table(report: dict) -> str:
 
 
 def variants_table(report: dict, key: str) -> str:
-    """The Markdown table of ``--contracted`` (``key`` "contracted") or ``--registers``
-    ("registers"): per recurrent case vLLM's device time (profiler) and vLLM's device time over
-    ours and over each variant's."""
+    """The Markdown table of a VARIANTS set's timings (``--contracted``, ``--registers``, ...):
+    per recurrent case vLLM's device time (profiler) and vLLM's device time over ours and over
+    each variant's."""
     cases = [c for c in report["cases"] if key in c]
-    arms = list(cases[0][key]["speed_vs_vllm_device"])
+    arms = list(dict.fromkeys(arm for c in cases for arm in c[key]["speed_vs_vllm_device"]))
     lines = [
         "| state | B | vLLM (µs, device) | " + " | ".join(f"vLLM/{arm}" for arm in arms) + " |",
         "| --- | --- | --- |" + " --- |" * len(arms),
@@ -715,7 +756,12 @@ def variants_table(report: dict, key: str) -> str:
             STATE_NAMES[c["state_dtype"]],
             str(c["batch"]),
             f"{timed['kernel_us']['vllm']:.1f}",
-            *(f"{timed['speed_vs_vllm_device'][arm]:.3f}" for arm in arms),
+            *(
+                "-"
+                if arm not in timed["speed_vs_vllm_device"]
+                else f"{timed['speed_vs_vllm_device'][arm]:.3f}"
+                for arm in arms
+            ),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -799,7 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sweep-table", type=Path, help="print the launch-shape sweep of this JSON file"
     )
-    for key in ("contracted", "registers"):
+    for key in VARIANTS:
         parser.add_argument(
             f"--{key}-table", type=Path, help=f"print the --{key} timings of this JSON file"
         )
@@ -821,16 +867,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--what-if", action="store_true", help="also time the what-if kernel (module docstring)"
     )
-    parser.add_argument(
-        "--contracted",
-        action="store_true",
-        help="also time our recurrent kernel compiled with contraction on (not bitwise)",
-    )
-    parser.add_argument(
-        "--registers",
-        action="store_true",
-        help="also time our recurrent kernel under other register budgets (REGISTER_VARIANTS)",
-    )
+    for key in VARIANTS:
+        parser.add_argument(
+            f"--{key}", action="store_true", help=f"also time VARIANTS[{key!r}] (docstring)"
+        )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--rounds", type=int, help="rounds (default: 7, --quick 3)")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
@@ -841,7 +881,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep_table is not None:
         print(sweep_table(json.loads(args.sweep_table.read_text())))
         return 0
-    for key, path in (("contracted", args.contracted_table), ("registers", args.registers_table)):
+    for key in VARIANTS:
+        path = getattr(args, f"{key}_table")
         if path is not None:
             print(variants_table(json.loads(path.read_text()), key))
             return 0
@@ -940,10 +981,9 @@ def main(argv: list[str] | None = None) -> int:
                     case["config"] = arms["_config"].__dict__
                     if args.what_if and state_dtype == torch.bfloat16:
                         case["what_if"] = time_what_if(arms, x, result["us"]["vllm"], clock)
-                    if args.contracted:
-                        case["contracted"] = time_variants(arms, x, clock, CONTRACTED)
-                    if args.registers:
-                        case["registers"] = time_variants(arms, x, clock, REGISTER_VARIANTS)
+                    for key, variants in VARIANTS.items():
+                        if getattr(args, key):
+                            case[key] = time_variants(arms, x, clock, variants)
                 cases.append(case)
                 write(False)  # what finished comes back if the run is cut short
                 us, bound = result["us"], result["api_bound"]

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "bench_decode.py"
@@ -98,6 +99,25 @@ def test_contracted_times_vllm_ours_and_the_contracted_kernel_beside_each_recurr
         assert set(contracted["us"]) == {"vllm", "ours", "contracted"}
         assert all(t > 0 for t in contracted["us"].values())
         assert set(contracted["speed_vs_vllm"]) == {"ours", "contracted"}
+
+
+def test_prefetch_kernel_runs_where_it_takes_whole_blocks_with_ours_bits(tmp_path):
+    target = tmp_path / "prefetch.json"
+    result = run("--smoke", "--ops", "recurrent", "--prefetch", "--out", str(target))
+    assert result.returncode == 0, result.stderr[-3000:]
+    for case in json.loads(target.read_text())["cases"]:
+        prefetch = case["prefetch"]
+        # smoke heads (V = 16): the default takes one block, the one-warp shape two of 8 rows
+        assert set(prefetch["configs"]) == {"w1c16", "prefetch_two_w1c16"}
+        assert prefetch["configs"]["prefetch_two_w1c16"]["chunks"] == 2
+        assert prefetch["same_bits"] == {"w1c16": True, "prefetch_two_w1c16": True}
+
+
+def test_same_bits_tells_minus_zero_from_zero(bench):
+    zeros = torch.zeros(4)
+    assert bench.same_bits_as(zeros, zeros.clone())
+    assert not bench.same_bits_as(zeros, -zeros)  # equal as floats, not as bits
+    assert not bench.same_bits_as(zeros.bfloat16(), zeros.half())
 
 
 @pytest.mark.parametrize(
