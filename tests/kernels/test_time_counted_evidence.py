@@ -18,6 +18,7 @@ DOC = ROOT / "docs" / "kernels.md"
 CONTRACTED = ROOT / "docs/evidence/h200_engine/ee138de/bench_decode_contracted.json"
 NCU = ROOT / "docs/evidence/h200_engine/1765652/ncu_recurrent.json"
 REGISTERS = ROOT / "docs/evidence/h200_engine/641fd2c/bench_decode_registers.json"
+PREFETCH = ROOT / "docs/evidence/h200_engine/3042e87/bench_decode_prefetch.json"
 LOAD_ORDER = ROOT / "docs/evidence/sass_load_order_triton3.6.0.json"
 
 
@@ -37,8 +38,9 @@ def printed(script: str, flag: str, evidence: Path) -> str:
         ("bench_decode.py", "--contracted-table", CONTRACTED, "contracted-table"),
         ("profile_recurrent.py", "--table", NCU, "ncu-table"),
         ("bench_decode.py", "--registers-table", REGISTERS, "registers-table"),
+        ("bench_decode.py", "--prefetch-table", PREFETCH, "prefetch-table"),
     ],
-    ids=["contracted", "ncu", "registers"],
+    ids=["contracted", "ncu", "registers", "prefetch"],
 )
 def test_each_table_is_its_evidence_file(script, flag, evidence, marker):
     assert marked_block(DOC.read_text(), marker) == printed(script, flag, evidence)
@@ -106,3 +108,19 @@ def test_the_load_placement_quoted_is_the_compiled_code():
     assert (default["registers"], capped["registers"], cases[255]["registers"]) == (128, 154, 154)
     text = doc_text()
     assert "keeping the kernel at 128 registers" in text and "it takes 154" in text
+
+
+def test_loads_two_blocks_ahead_kept_the_bits_and_were_slower_from_64_rows():
+    cases = json.loads(PREFETCH.read_text())["cases"]
+    assert all(all(c["prefetch"]["same_bits"].values()) for c in cases)
+    large = [c for c in cases if c["batch"] >= 64]
+    assert all(
+        c["prefetch"]["speed_vs_vllm_device"][name] < c["prefetch"]["speed_vs_vllm_device"]["ours"]
+        for c in large
+        for name in c["prefetch"]["speed_vs_vllm_device"]
+        if name.startswith("prefetch")
+    )
+    bf16 = [c["prefetch"]["speed_vs_vllm_device"] for c in large if c["state_dtype"] == "bfloat16"]
+    two = f"{min(d['prefetch_two'] for d in bf16):.3f}–{max(d['prefetch_two'] for d in bf16):.3f}"
+    ours = f"{min(d['ours'] for d in bf16):.3f}–{max(d['ours'] for d in bf16):.3f}"
+    assert f"bf16 default {two}x against ours' {ours}x" in doc_text()
