@@ -102,7 +102,6 @@ from vllm_gdn_invariant.kernels import conv_update, recurrent_step, serving
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 from vllm_gdn_invariant.kernels.call_plans import CALL_PLANS
 from vllm_gdn_invariant.kernels.validation import (
-    CHECKED_INDICES,
     check_conv_args,
     check_recurrent_args,
 )
@@ -266,15 +265,16 @@ def conv_bytes(x: dict, cache: torch.Tensor) -> int:
 def recurrent_checks(mixed_qkv, a, b, A_log, dt_bias, state, indices, **options) -> None:
     """What ``recurrent_step`` does before launching on a repeated call: the call key, the plan
     lookup, the index tensor's kept verdict."""
-    tensors = (mixed_qkv, a, b, A_log, dt_bias, state, indices)
-    CALL_PLANS.get(recurrent_kernel.recurrent_call_key(*tensors, **options))
-    CHECKED_INDICES.check(indices, num_blocks=state.shape[0])
+    key = recurrent_kernel.recurrent_call_key(
+        mixed_qkv, a, b, A_log, dt_bias, state, indices, **options
+    )
+    CALL_PLANS.lookup(key, indices, num_blocks=state.shape[0])
 
 
 def conv_checks(x, conv_state, weight, indices) -> None:
     """What ``conv_update`` (its defaults) does before launching on a repeated call."""
-    CALL_PLANS.get(conv_kernel.conv_call_key(x, conv_state, weight, indices, **CONV_DEFAULTS))
-    CHECKED_INDICES.check(indices, num_blocks=conv_state.shape[0])
+    key = conv_kernel.conv_call_key(x, conv_state, weight, indices, **CONV_DEFAULTS)
+    CALL_PLANS.lookup(key, indices, num_blocks=conv_state.shape[0])
 
 
 def recurrent_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:

@@ -189,6 +189,39 @@ def test_bad_index_values_under_a_kept_plan_raise_before_any_launch(fake_gpu, op
     assert len(fake_gpu[op].launches) == 1 and fake_gpu[op].compiled[0].launches == []
 
 
+MODULES = {"recurrent": compiled_recurrent, "conv": compiled_conv}
+FULL_CHECKS = {"recurrent": "check_recurrent_args", "conv": "check_conv_args"}
+
+
+@pytest.mark.parametrize("op", list(CALLS))
+def test_an_output_of_another_alignment_under_a_plan_gets_a_launch_of_its_own_unchecked(
+    fake_gpu, op, monkeypatch
+):
+    call(op, *CALLS[op](seed=1))
+    module = MODULES[op]
+    allocate = module.new_output
+
+    def misaligned(source, dims):
+        out = allocate(source, dims)
+        return torch.empty(out.numel() + 1, dtype=out.dtype)[1:].view(out.shape)
+
+    full_checks = []
+    check = getattr(module, FULL_CHECKS[op])
+    monkeypatch.setattr(module, "new_output", misaligned)
+    monkeypatch.setattr(
+        module, FULL_CHECKS[op], lambda *a, **k: full_checks.append(1) or check(*a, **k)
+    )
+    for seed in (2, 3):
+        args, kwargs = CALLS[op](seed=seed)
+        out = call(op, args, kwargs)
+        assert out.data_ptr() & 15 != 0
+    assert full_checks == []  # the plan's dims serve the other alignment too
+    assert len(fake_gpu[op].launches) == 2  # bound once for the plan, once for the alignment
+    _, launched = fake_gpu[op].compiled[1].launches[-1]
+    assert same_arguments(launched, binders_launch(op, args, kwargs, out))
+    assert len(compiled_recurrent.CALL_PLANS.plans) == 1
+
+
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "interpreted then compiled"])
 def test_the_call_key_tells_apart_every_pair_the_signature_checks_tell_apart(scenario):
     """The call key refines the metadata checks' key (the interpreted flag is not in it: no plan
@@ -237,9 +270,10 @@ def test_bind_keeps_a_direct_launch_and_launch_bound_replays_it(monkeypatch):
     launcher = Launcher(kernel, tensors=1, direct=True)
     x, other = torch.zeros(8), torch.zeros(8)
     device = torch.device("cuda", 0)  # a device object; nothing runs on it
-    compiled = launcher.bind(("k",), (4,), (x, 3), {"BLOCK": 16}, num_warps=4, device=device)
+    bound = launcher.bind(("k",), (4,), (x, 3), {"BLOCK": 16}, num_warps=4, device=device)
+    compiled = bound.compiled
     assert compiled is kernel.compiled[0]
-    assert launcher.launch_bound(("k",), (other,)) is compiled
+    assert launcher.launch_bound(("k",), (other,)) is bound
     assert compiled.launches == [((4, 1, 1), (other, 3, 16))]
     assert launcher.launch_bound(("other key",), (other,)) is None
     assert len(compiled.launches) == 1
@@ -249,5 +283,5 @@ def test_an_interpreted_launcher_binds_nothing():
     kernel = FakeKernel(["x", "n", "BLOCK"])
     launcher = Launcher(kernel, tensors=1, direct=False)
     cpu = torch.device("cpu")
-    launcher.bind(("k",), (1,), (torch.zeros(4), 3), {"BLOCK": 16}, num_warps=4, device=cpu)
-    assert launcher.bound == {} and len(kernel.launches) == 1
+    bound = launcher.bind(("k",), (1,), (torch.zeros(4), 3), {"BLOCK": 16}, num_warps=4, device=cpu)
+    assert bound is None and launcher.bound == {} and len(kernel.launches) == 1

@@ -8,15 +8,20 @@ with the same dims, and with the same launch shape, which follows from the dims 
 dtype) and all that a bound launch's key reads of the arguments (``launch.tensor_layouts``; the
 output, which the call allocates, is checked for the alignment it was bound with). A plan is kept
 only for a call that passed every check and launched a compiled kernel directly; a call with its
-key still checks its index tensor (``validation.CHECKED_INDICES``), then allocates its output and
-launches. Under Triton's interpreter no plan is kept.
+key still checks its index tensor (``CallPlans.lookup``, through ``validation.CHECKED_INDICES``),
+then allocates its output and launches: the bound launch when the output has the alignment it
+was bound with, else a launch bound for the new alignment. Under Triton's interpreter no plan is
+kept.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import Tensor
+
 from .launch import BoundLaunch
+from .validation import CHECKED_INDICES
 
 PLANS = 1024  # call keys whose plan is kept
 
@@ -59,6 +64,17 @@ class CallPlans:
             return self.plans.get(key)
         except TypeError:
             return None
+
+    def lookup(
+        self, key: tuple | None, state_indices: Tensor, *, num_blocks: int
+    ) -> CallPlan | None:
+        """The plan kept under ``key``, after checking the values of ``state_indices`` (the one
+        argument a key does not cover) against ``num_blocks``: raises as the full checks do
+        where they are bad. None, and nothing checked, where no plan is kept under ``key``."""
+        plan = self.get(key)
+        if plan is not None:
+            CHECKED_INDICES.check(state_indices, num_blocks=num_blocks)
+        return plan
 
     def keep(self, key: tuple | None, plan: CallPlan) -> None:
         """Keep ``plan`` under ``key`` (not when ``key`` is None or cannot be hashed), dropping

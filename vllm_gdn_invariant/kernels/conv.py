@@ -19,8 +19,8 @@ from torch import Tensor
 
 from .call_plans import CALL_PLANS, CallPlan, call_key
 from .elementary import round_to, silu, to_fp32
-from .launch import Launcher, cdiv, next_power_of_2, run_bound, tensor_layouts
-from .validation import CHECKED_INDICES, ConvDims, check_conv_args, signature
+from .launch import BoundLaunch, Launcher, cdiv, next_power_of_2, run_bound, tensor_layouts
+from .validation import ConvDims, check_conv_args, signature
 
 
 @triton.jit
@@ -178,6 +178,44 @@ def bound_key(tensors: tuple, no_bias: bool, dims: ConvDims, config: ConvConfig)
     return (dims, config, no_bias, tensors[0].get_device(), tensor_layouts(tensors))
 
 
+def new_output(x: Tensor, dims: ConvDims) -> Tensor:
+    """The kernel's output ``[B, dim]`` (x's dtype and device), uninitialized."""
+    return torch.empty((dims.batch, dims.dim), dtype=x.dtype, device=x.device)
+
+
+def launch_into(
+    out: Tensor,
+    x: Tensor,
+    conv_state: Tensor,
+    weight: Tensor,
+    state_indices: Tensor,
+    bias: Tensor | None,
+    dims: ConvDims,
+    config: ConvConfig,
+    bound: BoundLaunch | None = None,
+) -> BoundLaunch | None:
+    """Run the kernel on checked arguments (``check_conv_args``), writing ``out`` [B, dim]
+    (``new_output``): with ``bound``, a launch bound for these tensors' layouts, directly;
+    else through the launch bound to their key, binding one on its first launch. Returns the
+    bound launch that ran (None under the interpreter or for an empty batch)."""
+    tensors = (x, conv_state, weight, weight if bias is None else bias, state_indices, out)
+    if bound is not None:
+        run_bound(bound, tensors)
+        return bound
+    if dims.batch == 0:
+        return None
+    key = bound_key(tensors, bias is None, dims, config)
+    bound = LAUNCH_CONV.launch_bound(key, tensors)
+    if bound is not None:
+        return bound
+    grid, arguments, constexprs = kernel_arguments(
+        x, conv_state, weight, state_indices, bias, out, dims, config
+    )
+    return LAUNCH_CONV.bind(
+        key, grid, arguments, constexprs, num_warps=config.num_warps, device=x.device
+    )
+
+
 def launch_conv(
     x: Tensor,
     conv_state: Tensor,
@@ -189,24 +227,12 @@ def launch_conv(
 ) -> tuple[Tensor, object]:
     """Run the kernel on checked arguments (``check_conv_args``).
 
-    Returns ``out`` and what the launch returned (Triton's compiled kernel; None under the
-    interpreter or for an empty batch).
+    Returns ``out`` and the compiled kernel that ran (Triton's; None under the interpreter or
+    for an empty batch).
     """
-    out = torch.empty((dims.batch, dims.dim), dtype=x.dtype, device=x.device)
-    if dims.batch == 0:
-        return out, None
-    tensors = (x, conv_state, weight, weight if bias is None else bias, state_indices, out)
-    key = bound_key(tensors, bias is None, dims, config)
-    compiled = LAUNCH_CONV.launch_bound(key, tensors)
-    if compiled is not None:
-        return out, compiled
-    grid, arguments, constexprs = kernel_arguments(
-        x, conv_state, weight, state_indices, bias, out, dims, config
-    )
-    compiled = LAUNCH_CONV.bind(
-        key, grid, arguments, constexprs, num_warps=config.num_warps, device=x.device
-    )
-    return out, compiled
+    out = new_output(x, dims)
+    bound = launch_into(out, x, conv_state, weight, state_indices, bias, dims, config)
+    return out, None if bound is None else bound.compiled
 
 
 def conv_call_key(
@@ -248,31 +274,26 @@ def conv_update(
     key = conv_call_key(
         x, conv_state, weight, state_indices, bias=bias, activation=activation, dim_first=dim_first
     )
-    plan = CALL_PLANS.get(key)
-    if plan is not None:
+    plan = CALL_PLANS.lookup(key, state_indices, num_blocks=conv_state.shape[0])
+    if plan is None:
+        dims = check_conv_args(
+            x,
+            conv_state,
+            weight,
+            state_indices,
+            bias=bias,
+            activation=activation,
+            dim_first=dim_first,
+            interpreted=INTERPRETED,
+        )
+    else:
         dims = plan.dims
-        CHECKED_INDICES.check(state_indices, num_blocks=conv_state.shape[0])
-        out = torch.empty((dims.batch, dims.dim), dtype=x.dtype, device=x.device)
-        if out.data_ptr() & 15 == plan.out_alignment:
-            run_bound(
-                plan.bound,
-                (x, conv_state, weight, weight if bias is None else bias, state_indices, out),
-            )
-            return out
-    dims = check_conv_args(
-        x,
-        conv_state,
-        weight,
-        state_indices,
-        bias=bias,
-        activation=activation,
-        dim_first=dim_first,
-        interpreted=INTERPRETED,
-    )
-    config = conv_config(dims)
-    out, _ = launch_conv(x, conv_state, weight, state_indices, bias, dims, config)
-    launched = (x, conv_state, weight, weight if bias is None else bias, state_indices, out)
-    bound = LAUNCH_CONV.bound.get(bound_key(launched, bias is None, dims, config))
-    if bound is not None:
+    out = new_output(x, dims)
+    tensors = (x, conv_state, weight, state_indices, bias)
+    if plan is not None and out.data_ptr() & 15 == plan.out_alignment:
+        launch_into(out, *tensors, dims, None, plan.bound)
+        return out
+    bound = launch_into(out, *tensors, dims, conv_config(dims))
+    if plan is None and bound is not None:
         CALL_PLANS.keep(key, CallPlan(dims, bound, out.data_ptr() & 15))
     return out

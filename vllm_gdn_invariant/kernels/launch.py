@@ -120,29 +120,30 @@ class Launcher:
         *,
         num_warps: int,
         device: torch.device,
-    ) -> object:
+    ) -> BoundLaunch | None:
         """``__call__``, then, when it launched a compiled kernel directly or through the JIT
         launcher, that launch bound to ``key``: the wrapper's key (module docstring), which
         must determine ``grid``, ``arguments`` after the leading tensors, ``constexprs``,
-        ``num_warps`` and ``device``. Returns what ``__call__`` returned."""
+        ``num_warps`` and ``device``. Returns the bound launch (None when nothing was bound:
+        under the interpreter, or when the launcher is not ``direct``)."""
         compiled = self(grid, arguments, constexprs, num_warps=num_warps, device=device)
-        if compiled is not None and self.direct:
-            if len(self.bound) >= COMPILED_KERNELS:
-                self.bound.clear()
-            values = self.constexpr_values(arguments, constexprs)
-            trailing = (*arguments[self.tensors :], *values)
-            self.bound[key] = BoundLaunch(compiled, grid, trailing, device.index)
-        return compiled
+        if compiled is None or not self.direct:
+            return None
+        if len(self.bound) >= COMPILED_KERNELS:
+            self.bound.clear()
+        values = self.constexpr_values(arguments, constexprs)
+        trailing = (*arguments[self.tensors :], *values)
+        bound = self.bound[key] = BoundLaunch(compiled, grid, trailing, device.index)
+        return bound
 
-    def launch_bound(self, key: tuple, tensors: tuple) -> object:
+    def launch_bound(self, key: tuple, tensors: tuple) -> BoundLaunch | None:
         """Launch ``tensors`` (the leading arguments) with the launch bound to ``key``, on its
-        device; returns its compiled kernel, or None where no launch is bound to ``key`` (then
+        device; returns that bound launch, or None where no launch is bound to ``key`` (then
         nothing was launched)."""
         bound = self.bound.get(key)
-        if bound is None:
-            return None
-        run_bound(bound, tensors)
-        return bound.compiled
+        if bound is not None:
+            run_bound(bound, tensors)
+        return bound
 
     def launch(
         self,

@@ -41,8 +41,8 @@ from .elementary import (
     sqrt,
     to_fp32,
 )
-from .launch import Launcher, cdiv, next_power_of_2, run_bound, tensor_layouts
-from .validation import CHECKED_INDICES, RecurrentDims, check_recurrent_args, signature
+from .launch import BoundLaunch, Launcher, cdiv, next_power_of_2, run_bound, tensor_layouts
+from .validation import RecurrentDims, check_recurrent_args, signature
 
 
 @triton.jit
@@ -465,6 +465,48 @@ def bound_key(tensors: tuple, dims: RecurrentDims, config: RecurrentConfig) -> t
     return (dims, config, tensors[0].get_device(), tensor_layouts(tensors))
 
 
+def new_output(mixed_qkv: Tensor, dims: RecurrentDims) -> Tensor:
+    """The kernel's output ``[B, 1, HV, V]`` (mixed_qkv's dtype and device), uninitialized."""
+    return torch.empty(
+        (dims.batch, 1, dims.num_v_heads, dims.head_v),
+        dtype=mixed_qkv.dtype,
+        device=mixed_qkv.device,
+    )
+
+
+def launch_into(
+    out: Tensor,
+    mixed_qkv: Tensor,
+    a: Tensor,
+    b: Tensor,
+    A_log: Tensor,
+    dt_bias: Tensor,
+    state: Tensor,
+    state_indices: Tensor,
+    dims: RecurrentDims,
+    config: RecurrentConfig,
+    bound: BoundLaunch | None = None,
+) -> BoundLaunch | None:
+    """Run the kernel on checked arguments (``check_recurrent_args``), writing ``out``
+    (``new_output``): with ``bound``, a launch bound for these tensors' layouts, directly;
+    else through the launch bound to their key, binding one on its first launch. Returns the
+    bound launch that ran (None under the interpreter or for an empty batch)."""
+    tensors = (mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices)
+    if bound is not None:
+        run_bound(bound, tensors)
+        return bound
+    if dims.batch == 0:
+        return None
+    key = bound_key(tensors, dims, config)
+    bound = LAUNCH_RECURRENT.launch_bound(key, tensors)
+    if bound is not None:
+        return bound
+    grid, arguments, constexprs = kernel_arguments(*tensors, dims, config)
+    return LAUNCH_RECURRENT.bind(
+        key, grid, arguments, constexprs, num_warps=config.num_warps, device=mixed_qkv.device
+    )
+
+
 def launch_recurrent(
     mixed_qkv: Tensor,
     a: Tensor,
@@ -478,33 +520,12 @@ def launch_recurrent(
 ) -> tuple[Tensor, object]:
     """Run the kernel on checked arguments (``check_recurrent_args``).
 
-    Returns ``out`` and what the launch returned (Triton's compiled kernel; None under the
-    interpreter or for an empty batch).
+    Returns ``out`` and the compiled kernel that ran (Triton's; None under the interpreter or
+    for an empty batch).
     """
-    out = torch.empty(
-        (dims.batch, 1, dims.num_v_heads, dims.head_v),
-        dtype=mixed_qkv.dtype,
-        device=mixed_qkv.device,
-    )
-    if dims.batch == 0:
-        return out, None
-    tensors = (mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices)
-    key = bound_key(tensors, dims, config)
-    compiled = LAUNCH_RECURRENT.launch_bound(key, tensors)
-    if compiled is not None:
-        return out, compiled
-    grid, arguments, constexprs = kernel_arguments(
-        mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices, dims, config
-    )
-    compiled = LAUNCH_RECURRENT.bind(
-        key,
-        grid,
-        arguments,
-        constexprs,
-        num_warps=config.num_warps,
-        device=mixed_qkv.device,
-    )
-    return out, compiled
+    out = new_output(mixed_qkv, dims)
+    bound = launch_into(out, mixed_qkv, a, b, A_log, dt_bias, state, state_indices, dims, config)
+    return out, None if bound is None else bound.compiled
 
 
 def recurrent_call_key(
@@ -555,29 +576,22 @@ def recurrent_step(
     key = recurrent_call_key(
         *tensors, num_k_heads=num_k_heads, scale=scale, use_qk_l2norm=use_qk_l2norm
     )
-    plan = CALL_PLANS.get(key)
-    if plan is not None:
-        dims = plan.dims
-        CHECKED_INDICES.check(state_indices, num_blocks=state.shape[0])
-        out = torch.empty(
-            (dims.batch, 1, dims.num_v_heads, dims.head_v),
-            dtype=mixed_qkv.dtype,
-            device=mixed_qkv.device,
+    plan = CALL_PLANS.lookup(key, state_indices, num_blocks=state.shape[0])
+    if plan is None:
+        dims = check_recurrent_args(
+            *tensors,
+            num_k_heads=num_k_heads,
+            scale=scale,
+            use_qk_l2norm=use_qk_l2norm,
+            interpreted=INTERPRETED,
         )
-        if out.data_ptr() & 15 == plan.out_alignment:
-            run_bound(plan.bound, (mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices))
-            return out
-    dims = check_recurrent_args(
-        *tensors,
-        num_k_heads=num_k_heads,
-        scale=scale,
-        use_qk_l2norm=use_qk_l2norm,
-        interpreted=INTERPRETED,
-    )
-    config = recurrent_config(dims, state.dtype)
-    out, _ = launch_recurrent(*tensors, dims, config)
-    launched = (mixed_qkv, a, b, A_log, dt_bias, out, state, state_indices)
-    bound = LAUNCH_RECURRENT.bound.get(bound_key(launched, dims, config))
-    if bound is not None:
+    else:
+        dims = plan.dims
+    out = new_output(mixed_qkv, dims)
+    if plan is not None and out.data_ptr() & 15 == plan.out_alignment:
+        launch_into(out, *tensors, dims, None, plan.bound)
+        return out
+    bound = launch_into(out, *tensors, dims, recurrent_config(dims, state.dtype))
+    if plan is None and bound is not None:
         CALL_PLANS.keep(key, CallPlan(dims, bound, out.data_ptr() & 15))
     return out
