@@ -1,6 +1,7 @@
 """docs/kernels.md's speed tables and verdicts are what their evidence files say: the latest run
-(docs/evidence/h200_engine/ea50d1f/, the host path on an H100, beside 6aa67cf's package on the
-same machine) and the engine run after it (h200_engine/67c154e/), the latest H200 run
+(docs/evidence/h200_engine/fbcbb14/, the host path on an H100), the one at ea50d1f
+(h200_engine/ea50d1f/, beside 6aa67cf's package on the same machine) and the engine run after it
+(h200_engine/67c154e/), the latest H200 run
 (docs/evidence/bench_decode.json at 6aa67cf, whose Triton functions are today's, and
 bench_engine_golden.json beside it), the run at 613a30b
 (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at 67cd0fa before it
@@ -24,8 +25,10 @@ from ..doc_blocks import marked_block
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
 CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest H200 run of the kernels
-HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # the latest run, an H100
-LATEST = HOST_PATH / "bench_decode.json"
+HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # an H100
+AT_EA50D1F = HOST_PATH / "bench_decode.json"
+LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "fbcbb14"  # the latest run, an H100
+LATEST = LATEST_RUN / "bench_decode.json"
 SAME_MACHINE = HOST_PATH / "bench_decode_6aa67cf_same_machine.json"
 KERNEL_SOURCES = ("conv.py", "elementary.py", "recurrent.py")
 AT_613A30B = ROOT / "docs" / "evidence" / "h200_engine" / "613a30b" / "bench_decode.json"
@@ -162,8 +165,45 @@ def test_the_triton_functions_are_those_the_h200_run_timed():
         assert then and now == then, name
 
 
+def test_the_latest_run_is_quoted():
+    report = json.loads(LATEST.read_text())
+    cases = report["cases"]
+    assert report["provenance"]["git_commit"] == "fbcbb14" and report["complete"]
+    assert report["summary"]["api_bound_misses"] == []
+    doc = flat_doc()
+    assert f"the API bound is met in all {len(cases)} cases (ea50d1f: {len(cases) - 1})" in doc
+    bitwise = (LATEST_RUN / "pytest_kernels.log").read_text()
+    assert bitwise.count(".") >= 161 and "F" not in bitwise and "passed" not in bitwise  # cut off
+    assert "4 passed" in (LATEST_RUN / "pytest_kernels_tail.log").read_text()
+    assert "9 passed" in (LATEST_RUN / "pytest_kernels_launch.log").read_text()
+    assert "after 161 of the 162 cases" in doc
+
+    def median_ratio(op: str) -> str:
+        return f"{statistics.median(c['api_bound']['ratio'] for c in cases if c['op'] == op):.2f}"
+
+    assert (
+        f"`recurrent_step` {median_ratio('recurrent')}, `conv_update` {median_ratio('conv')}, "
+        f"the pair {median_ratio('decode_step')}" in doc
+    )
+
+    def device(op: str, state: str, low: int, high: int = 1024) -> str:
+        chosen = [
+            c
+            for c in cases
+            if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
+        ]
+        return span_of(chosen, "speed_vs_vllm_device", fmt=".3f") + "x"
+
+    assert (
+        f"at B >= 64 the recurrent step {device('recurrent', 'float32', 64)} with an fp32 state "
+        f"and {device('recurrent', 'bfloat16', 64)} with bf16" in doc
+    )
+    lowest = min(c["speed_vs_vllm_wall"] for c in cases if c["batch"] < 64)
+    assert f"every op below B = 64 {lowest:.2f}x or more" in doc
+
+
 def test_the_host_path_run_is_quoted():
-    new, old = (json.loads(p.read_text()) for p in (LATEST, SAME_MACHINE))
+    new, old = (json.loads(p.read_text()) for p in (AT_EA50D1F, SAME_MACHINE))
     assert new["provenance"]["device"] == old["provenance"]["device"]
     assert (
         old["provenance"]["git_commit"]
@@ -240,7 +280,7 @@ def test_the_host_path_run_is_quoted():
         f"{device('recurrent', 'bfloat16', 1, 32)}." in doc
     )
     h200 = by_cell(CURRENT)[("conv", "bfloat16", 512)]["speed_vs_vllm_device"]
-    h100 = by_cell(LATEST)[("conv", "bfloat16", 512)]["speed_vs_vllm_device"]
+    h100 = by_cell(AT_EA50D1F)[("conv", "bfloat16", 512)]["speed_vs_vllm_device"]
     assert f"{h100:.2f}x at B = 512, where the H200 run gave {h200:.2f}x)" in doc
     logs = (HOST_PATH / "pytest_kernels.log").read_text()
     assert "171 passed" in logs and "the 171 cases of" in doc
@@ -249,11 +289,12 @@ def test_the_host_path_run_is_quoted():
 @pytest.mark.parametrize(
     "evidence, marker",
     [
-        (LATEST, "bench-decode-table-ea50d1f"),
+        (LATEST, "bench-decode-table-fbcbb14"),
+        (AT_EA50D1F, "bench-decode-table-ea50d1f"),
         (CURRENT, "bench-decode-table"),
         (AT_613A30B, "bench-decode-table-613a30b"),
     ],
-    ids=["ea50d1f", "6aa67cf", "613a30b"],
+    ids=["fbcbb14", "ea50d1f", "6aa67cf", "613a30b"],
 )
 def test_each_table_is_its_evidence_file(evidence, marker):
     table = subprocess.run(
@@ -567,5 +608,5 @@ def test_the_engine_run_with_the_call_plans_is_quoted():
     assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] == "inconclusive"
     cost = sorted(100 * (1 - r) for r in (by_medians, statistics.median(decode)))
     assert f"costs this workload {cost[0]:.1f}–{cost[1]:.1f} % of its decode throughput" in doc
-    recurrent = by_cell(LATEST)[("recurrent", "bfloat16", 128)]["speed_vs_vllm_device"]
+    recurrent = by_cell(AT_EA50D1F)[("recurrent", "bfloat16", 128)]["speed_vs_vllm_device"]
     assert f"is {recurrent:.2f}x vLLM's with a bfloat16 state at B = 128" in doc
