@@ -4,7 +4,6 @@ the API bound is read as documented, and without CUDA a real run measures nothin
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import statistics
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from ..script_modules import load_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "bench_decode.py"
@@ -29,14 +30,7 @@ FIELDS = (
 def bench():
     """scripts/bench_decode.py as a module (scripts/ on sys.path for its ``checkout`` import)."""
     name = "bench_decode_under_test"
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses resolve the module's annotations through it
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    module = load_script(SCRIPT, name)
     yield module
     del sys.modules[name]
 

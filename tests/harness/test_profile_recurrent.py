@@ -3,11 +3,12 @@ each kernel's metrics as medians over its launches, kernels told apart by name."
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+
+from ..script_modules import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "profile_recurrent.py"
 
@@ -15,14 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "profile_recurrent.py
 @pytest.fixture(scope="module")
 def profile():
     name = "profile_recurrent_under_test"
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    module = load_script(SCRIPT, name)
     yield module
     del sys.modules[name]
 
