@@ -98,7 +98,7 @@ case $stage in
       --pin-cpus --out "$out/bench_engine_golden.json"
     ;;
   kernels)
-    now pytest_kernels 240 python -m pytest -q -p no:cacheprovider -rs \
+    now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \
       tests/gpu/test_kernels_bitwise.py tests/gpu/test_kernels_launch.py
     now bench_decode "$limit" python scripts/bench_decode.py --quick --rounds 7 --what-if \
       --out "$out/bench_decode.json"
