@@ -1,9 +1,10 @@
 """docs/routing.md's evidence tables are what the committed JSON says."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from ..script_modules import load_script as load_script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence"
@@ -27,17 +28,11 @@ ROUTED_KEYS = (
 
 def load_script():
     """scripts/mixed_step_invariance.py as a module, with scripts/ on sys.path as when it runs."""
-    scripts = str(ROOT / "scripts")
-    spec = importlib.util.spec_from_file_location(
-        "mixed_step_invariance", ROOT / "scripts" / "mixed_step_invariance.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, scripts)
+    name = "mixed_step_invariance_under_test"
     try:
-        spec.loader.exec_module(module)
+        return load_script_module(ROOT / "scripts" / "mixed_step_invariance.py", name)
     finally:
-        sys.path.remove(scripts)
-    return module
+        sys.modules.pop(name, None)
 
 
 def test_routing_doc_holds_every_row_of_every_evidence_summary():
