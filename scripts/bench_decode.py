@@ -51,16 +51,17 @@ at every swept batch size.
 launch shape compiled with contraction on (``launch_variant``; LLVM fuses each product into
 the add it feeds: the K-sums' first level and the update), alternating with vLLM and ours in
 VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not bitwise.
+``--replay-step`` times, beside each decode step, the response-replay kernel with one token per row
+(``kernels.replay.replay_tokens``: the conv and the recurrent step in one kernel, the conv state
+written by a second) against vLLM's decode step and ours, with its bits compared with ours.
 ``--registers`` and ``--prefetch`` time those sets of VARIANTS the same way: ptxas's register cap
-(``maxnreg``), and ``harness/prefetch_kernel.py`` (the state two blocks ahead in flight), each
-also at a one-warp shape; ``same_bits`` says whether each variant's output and state were
-bitwise ours after one call.
-``--what-if`` also times, beside each recurrent case with a bf16 state,
-``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
-no golden has its bits) at the default launch shape's block of value rows and warps, one block
-per program (it takes no blocks in turn): ``what_if`` holds its medians and vLLM's
-time over each. Not with an fp32 state, where that kernel spills under Triton 3.9.0
-(``scripts/sass_mix.py``).
+(``maxnreg``), and ``harness/prefetch_kernel.py`` (the state two blocks ahead in flight), each also
+at a one-warp shape; ``same_bits`` says whether each variant's output and state were bitwise ours
+after one call. ``--what-if`` also times, beside each recurrent case with a bf16 state,
+``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs; no
+golden has its bits) at the default launch shape's block of value rows and warps, one block per
+program (it takes no blocks in turn): ``what_if`` holds its medians and vLLM's time over each. Not
+with an fp32 state, where that kernel spills under Triton 3.9.0 (``scripts/sass_mix.py``).
 
 The JSON is rewritten after every case, ``complete`` false until the last one ran, so that a
 run cut short still leaves what it measured.
@@ -101,6 +102,7 @@ from vllm_gdn_invariant.kernels import conv as conv_kernel
 from vllm_gdn_invariant.kernels import conv_update, recurrent_step, serving
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 from vllm_gdn_invariant.kernels.call_plans import CALL_PLANS
+from vllm_gdn_invariant.kernels.replay import replay_tokens
 from vllm_gdn_invariant.kernels.validation import (
     check_conv_args,
     check_recurrent_args,
@@ -660,6 +662,56 @@ def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
     }
 
 
+def time_replay_step(arms: dict, x: dict, clock: GpuClock) -> dict:
+    """vLLM's decode step, ours (``serving.decode_step``) and the response-replay kernel with one
+    token per row (``kernels.replay.replay_tokens``: conv and recurrent step in one kernel, the
+    conv state written by a second), alternating in VARIANT_ROUNDS rounds, each on its own
+    copies of the caches: medians of do_bench and device time, vLLM's time over each, and
+    whether one replay call's output and both states were bitwise ours (``same_bits``)."""
+    gates = (x["a"], x["b"], x["A_log"], x["dt_bias"])
+    indices, batch = x["state_indices"], x["x"].shape[0]
+    cu_seqlens = torch.arange(batch + 1, dtype=torch.int32, device=indices.device)
+    options = {"num_k_heads": x["H"], "scale": x["scale"]}
+
+    def replay(conv_state, state):
+        return replay_tokens(
+            x["x"], *gates, x["weight"], None, conv_state, indices, state, indices, cu_seqlens,
+            **options,
+        )  # fmt: skip
+
+    caches = [(x["step_conv_state"].clone(), x["state"].clone()) for _ in range(3)]
+    reference = serving.decode_step(
+        x["x"], *gates, caches[0][0], x["weight"], None, caches[0][1], indices, **options
+    )
+    out = replay(*caches[1])
+    same = (
+        same_bits_as(out.view(reference.shape), reference)
+        and same_bits_as(caches[1][0], caches[0][0])
+        and same_bits_as(caches[1][1], caches[0][1])
+    )
+    fns = {
+        "vllm": arms["vllm"],
+        "ours": arms["ours"],
+        "replay_one_token": lambda: replay(*caches[2]),
+    }
+    bench = {name: [] for name in fns}
+    device = {name: [] for name in fns}
+    for _ in range(VARIANT_ROUNDS):
+        for name, fn in fns.items():
+            bench[name].append(clock.bench_us(fn))
+            device[name].append(clock.device_us(fn))
+    us = {name: statistics.median(v) for name, v in bench.items()}
+    kernel = {name: median(v) for name, v in device.items()}
+    timed = ("ours", "replay_one_token")
+    return {
+        "same_bits": {"replay_one_token": same},
+        "us": rounded(us),
+        "kernel_us": rounded(kernel),
+        "speed_vs_vllm": {name: ratio(us["vllm"], us[name]) for name in timed},
+        "speed_vs_vllm_device": {name: ratio(kernel["vllm"], kernel[name]) for name in timed},
+    }
+
+
 def golden_packed_decode(
     *, mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
     use_qk_l2norm_in_kernel,
@@ -741,11 +793,15 @@ def results_table(report: dict) -> str:
 
 
 def variants_table(report: dict, key: str) -> str:
-    """The Markdown table of a VARIANTS set's timings (``--contracted``, ``--registers``, ...):
-    per recurrent case vLLM's device time (profiler) and vLLM's device time over ours and over
-    each variant's."""
+    """The Markdown table of a variants run (``--contracted``, ``--registers``, ``--prefetch``,
+    ``--replay-step``): per case vLLM's device time (profiler) and vLLM's device time over ours
+    and over each variant's ("-" where not timed)."""
     cases = [c for c in report["cases"] if key in c]
     arms = list(dict.fromkeys(arm for c in cases for arm in c[key]["speed_vs_vllm_device"]))
+
+    def cell(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
     lines = [
         "| state | B | vLLM (µs, device) | " + " | ".join(f"vLLM/{arm}" for arm in arms) + " |",
         "| --- | --- | --- |" + " --- |" * len(arms),
@@ -755,13 +811,8 @@ def variants_table(report: dict, key: str) -> str:
         cells = [
             STATE_NAMES[c["state_dtype"]],
             str(c["batch"]),
-            f"{timed['kernel_us']['vllm']:.1f}",
-            *(
-                "-"
-                if arm not in timed["speed_vs_vllm_device"]
-                else f"{timed['speed_vs_vllm_device'][arm]:.3f}"
-                for arm in arms
-            ),
+            cell(timed["kernel_us"]["vllm"], ".1f"),
+            *(cell(timed["speed_vs_vllm_device"].get(arm), ".3f") for arm in arms),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -845,9 +896,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sweep-table", type=Path, help="print the launch-shape sweep of this JSON file"
     )
-    for key in VARIANTS:
+    for key in (*VARIANTS, "replay_step"):
         parser.add_argument(
-            f"--{key}-table", type=Path, help=f"print the --{key} timings of this JSON file"
+            f"--{key.replace('_', '-')}-table",
+            type=Path,
+            help=f"print the --{key.replace('_', '-')} timings of this JSON file",
         )
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: all)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + str(OPS))
@@ -871,6 +924,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(
             f"--{key}", action="store_true", help=f"also time VARIANTS[{key!r}] (docstring)"
         )
+    parser.add_argument(
+        "--replay-step",
+        action="store_true",
+        help="also time the replay kernel with one token per row beside each decode step",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--rounds", type=int, help="rounds (default: 7, --quick 3)")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
@@ -881,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep_table is not None:
         print(sweep_table(json.loads(args.sweep_table.read_text())))
         return 0
-    for key in VARIANTS:
+    for key in (*VARIANTS, "replay_step"):
         path = getattr(args, f"{key}_table")
         if path is not None:
             print(variants_table(json.loads(path.read_text()), key))
@@ -977,6 +1035,8 @@ def main(argv: list[str] | None = None) -> int:
                         else launch_shapes.conv_candidates()
                     )
                     case["sweep"] = sweep_launch_shapes(arms, configs, result["us"]["vllm"], clock)
+                if op == "decode_step" and args.replay_step:
+                    case["replay_step"] = time_replay_step(arms, x, clock)
                 if op == "recurrent":
                     case["config"] = arms["_config"].__dict__
                     if args.what_if and state_dtype == torch.bfloat16:

@@ -107,6 +107,20 @@ def test_prefetch_kernel_runs_where_it_takes_whole_blocks_with_ours_bits(tmp_pat
         assert prefetch["same_bits"] == {"w1c16": True, "prefetch_two_w1c16": True}
 
 
+def test_replay_step_runs_one_token_per_row_with_the_decode_steps_bits(tmp_path, bench):
+    target = tmp_path / "replay_step.json"
+    result = run("--smoke", "--ops", "decode_step", "--replay-step", "--out", str(target))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(target.read_text())
+    for case in report["cases"]:
+        timed = case["replay_step"]
+        assert timed["same_bits"] == {"replay_one_token": True}
+        assert set(timed["us"]) == {"vllm", "ours", "replay_one_token"}
+    table = bench.variants_table(report, "replay_step")
+    assert table.splitlines()[0].endswith("| vLLM/ours | vLLM/replay_one_token |")
+    assert len(table.splitlines()) == 2 + len(report["cases"])
+
+
 def test_same_bits_tells_minus_zero_from_zero(bench):
     zeros = torch.zeros(4)
     assert bench.same_bits_as(zeros, zeros.clone())
