@@ -107,6 +107,7 @@ from vllm_gdn_invariant.kernels.validation import (
     check_conv_args,
     check_recurrent_args,
 )
+from vllm_gdn_invariant.shadow.bits import same_bits
 
 SCHEMA = "vllm-gdn-invariant/bench-decode/2"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -607,10 +608,24 @@ def whole_blocks(config, head_v: int) -> bool:
     return config.chunks >= 2 and head_v % (config.block_v * config.chunks) == 0
 
 
-def same_bits_as(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """Bitwise equal (on integer views of the same width)."""
-    view = {2: torch.int16, 4: torch.int32}[x.element_size()]
-    return x.dtype == y.dtype and torch.equal(x.view(view), y.view(view))
+def time_alternating(fns: dict, clock: GpuClock) -> dict:
+    """``fns`` (vLLM's first, under "vllm") alternating in VARIANT_ROUNDS rounds: medians of
+    do_bench and device time, and vLLM's time over each other one's."""
+    bench = {name: [] for name in fns}
+    device = {name: [] for name in fns}
+    for _ in range(VARIANT_ROUNDS):
+        for name, fn in fns.items():
+            bench[name].append(clock.bench_us(fn))
+            device[name].append(clock.device_us(fn))
+    us = {name: statistics.median(v) for name, v in bench.items()}
+    kernel = {name: median(v) for name, v in device.items()}
+    timed = [name for name in fns if name != "vllm"]
+    return {
+        "us": rounded(us),
+        "kernel_us": rounded(kernel),
+        "speed_vs_vllm": {name: ratio(us["vllm"], us[name]) for name in timed},
+        "speed_vs_vllm_device": {name: ratio(kernel["vllm"], kernel[name]) for name in timed},
+    }
 
 
 def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
@@ -620,7 +635,7 @@ def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
     bitwise ours (``same_bits``)."""
     gates = (x["mixed_qkv"], x["a"], x["b"], x["A_log"], x["dt_bias"])
     fns = {"vllm": arms["vllm"], "ours": arms["ours"]}
-    configs, same_bits = {}, {}
+    configs, bitwise = {}, {}
     reference_state = x["state"].clone()
     reference = recurrent_kernel.launch_recurrent(
         *gates, reference_state, x["state_indices"], arms["_dims"], arms["_config"]
@@ -637,29 +652,13 @@ def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
         out = launch_variant(
             gates, state, x["state_indices"], arms["_dims"], config, options, kernel
         )
-        same_bits[name] = same_bits_as(out, reference) and same_bits_as(state, reference_state)
+        bitwise[name] = same_bits(out, reference) and same_bits(state, reference_state)
 
         def run(state=state, config=config, options=options, kernel=kernel):
             launch_variant(gates, state, x["state_indices"], arms["_dims"], config, options, kernel)
 
         fns[name] = run
-    bench = {name: [] for name in fns}
-    device = {name: [] for name in fns}
-    for _ in range(VARIANT_ROUNDS):
-        for name, fn in fns.items():
-            bench[name].append(clock.bench_us(fn))
-            device[name].append(clock.device_us(fn))
-    us = {name: statistics.median(s) for name, s in bench.items()}
-    kernel = {name: median(s) for name, s in device.items()}
-    timed = [name for name in fns if name != "vllm"]
-    return {
-        "configs": configs,
-        "same_bits": same_bits,
-        "us": rounded(us),
-        "kernel_us": rounded(kernel),
-        "speed_vs_vllm": {name: ratio(us["vllm"], us[name]) for name in timed},
-        "speed_vs_vllm_device": {name: ratio(kernel["vllm"], kernel[name]) for name in timed},
-    }
+    return {"configs": configs, "same_bits": bitwise, **time_alternating(fns, clock)}
 
 
 def time_replay_step(arms: dict, x: dict, clock: GpuClock) -> dict:
@@ -685,31 +684,16 @@ def time_replay_step(arms: dict, x: dict, clock: GpuClock) -> dict:
     )
     out = replay(*caches[1])
     same = (
-        same_bits_as(out.view(reference.shape), reference)
-        and same_bits_as(caches[1][0], caches[0][0])
-        and same_bits_as(caches[1][1], caches[0][1])
+        same_bits(out.view(reference.shape), reference)
+        and same_bits(caches[1][0], caches[0][0])
+        and same_bits(caches[1][1], caches[0][1])
     )
     fns = {
         "vllm": arms["vllm"],
         "ours": arms["ours"],
         "replay_one_token": lambda: replay(*caches[2]),
     }
-    bench = {name: [] for name in fns}
-    device = {name: [] for name in fns}
-    for _ in range(VARIANT_ROUNDS):
-        for name, fn in fns.items():
-            bench[name].append(clock.bench_us(fn))
-            device[name].append(clock.device_us(fn))
-    us = {name: statistics.median(v) for name, v in bench.items()}
-    kernel = {name: median(v) for name, v in device.items()}
-    timed = ("ours", "replay_one_token")
-    return {
-        "same_bits": {"replay_one_token": same},
-        "us": rounded(us),
-        "kernel_us": rounded(kernel),
-        "speed_vs_vllm": {name: ratio(us["vllm"], us[name]) for name in timed},
-        "speed_vs_vllm_device": {name: ratio(kernel["vllm"], kernel[name]) for name in timed},
-    }
+    return {"same_bits": {"replay_one_token": same}, **time_alternating(fns, clock)}
 
 
 def golden_packed_decode(

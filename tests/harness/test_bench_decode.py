@@ -123,9 +123,9 @@ def test_replay_step_runs_one_token_per_row_with_the_decode_steps_bits(tmp_path,
 
 def test_same_bits_tells_minus_zero_from_zero(bench):
     zeros = torch.zeros(4)
-    assert bench.same_bits_as(zeros, zeros.clone())
-    assert not bench.same_bits_as(zeros, -zeros)  # equal as floats, not as bits
-    assert not bench.same_bits_as(zeros.bfloat16(), zeros.half())
+    assert bench.same_bits(zeros, zeros.clone())
+    assert not bench.same_bits(zeros, -zeros)  # equal as floats, not as bits
+    assert not bench.same_bits(zeros.bfloat16(), zeros.half())
 
 
 @pytest.mark.parametrize(
