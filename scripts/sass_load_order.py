@@ -25,10 +25,10 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from gdn_evidence.harness.launch_shapes import qwen3_next_dims
 from gdn_evidence.harness.provenance import provenance
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
-from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
 STATES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CAPS = (None, 168, 255)
@@ -72,8 +72,8 @@ def ptx_order(ptx: str) -> str:
 
 
 def compiled(batch: int, state_dtype: torch.dtype, maxnreg: int | None):
-    H, HV, K, V = 16, 32, 128, 128
-    dims = RecurrentDims(batch, H, HV, K, V, K**-0.5, True)
+    dims = qwen3_next_dims(batch)
+    H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k, dims.head_v
     config = recurrent_kernel.recurrent_config(dims, state_dtype, interpreted=False)
     meta = codegen.meta
     _, arguments, constexprs = recurrent_kernel.kernel_arguments(
