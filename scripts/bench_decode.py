@@ -374,6 +374,7 @@ def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     batch, HV, V = x["x"].shape[0], x["a"].shape[1], x["state"].shape[2]
     vllm_x = x["x"].clone()  # vLLM's conv writes its output over x (bf16 x, bf16 cache)
     vllm_out = torch.empty(batch, 1, HV, V, dtype=torch.bfloat16, device=clock.device)
+    ours_out = torch.empty_like(vllm_out)  # mode golden writes vLLM's core_attn_out too
     indices = x["state_indices"]
     gates = (x["a"], x["b"], x["A_log"], x["dt_bias"])
 
@@ -403,7 +404,7 @@ def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     def ours():
         serving.decode_step(
             x["x"], *gates, conv_states[1], x["weight"], None, states[1], indices,
-            num_k_heads=x["H"], scale=x["scale"],
+            num_k_heads=x["H"], scale=x["scale"], out=ours_out,
         )  # fmt: skip
 
     def ours_api():

@@ -22,8 +22,6 @@ from pathlib import Path
 import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 from gdn_evidence.harness.launch_shapes import qwen3_next_dims
 from gdn_evidence.harness.provenance import provenance
@@ -73,28 +71,12 @@ def ptx_order(ptx: str) -> str:
 
 def compiled(batch: int, state_dtype: torch.dtype, maxnreg: int | None):
     dims = qwen3_next_dims(batch)
-    H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k, dims.head_v
     config = recurrent_kernel.recurrent_config(dims, state_dtype, interpreted=False)
-    meta = codegen.meta
-    _, arguments, constexprs = recurrent_kernel.kernel_arguments(
-        meta((batch, 2 * H * K + HV * V), torch.bfloat16),
-        meta((batch, HV), torch.bfloat16),
-        meta((batch, HV), torch.bfloat16),
-        meta((HV,), torch.float32),
-        meta((HV,), torch.float32),
-        meta((batch, 1, HV, V), torch.bfloat16),
-        meta((1024, HV, V, K), state_dtype),
-        meta((batch,), torch.int32),
-        dims,
-        config,
+    options = None if maxnreg is None else {"maxnreg": maxnreg}
+    kernel = codegen.compile_recurrent(
+        dims, state_dtype=state_dtype, num_blocks=1024, config=config, options=options
     )
-    kernel = recurrent_kernel.recurrent_step_kernel
-    signature, constants, attributes = codegen.signature_of(kernel, arguments, constexprs)
-    options = {"num_warps": config.num_warps, "enable_fp_fusion": False}
-    if maxnreg is not None:
-        options["maxnreg"] = maxnreg
-    source = ASTSource(kernel, signature, constants, attributes)
-    return config, triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return config, kernel
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -128,3 +129,93 @@ def test_decode_plans_keep_a_negative_zero_scale_apart(serving):
     plans = [serving.decode_plan(2, 64, 4, True, True, 2, 4, 8, 8, s, math.copysign(1.0, s),
                                  torch.float32) for s in (0.0, -0.0)]  # fmt: skip
     assert [math.copysign(1.0, plan[2].scale) for plan in plans] == [1.0, -1.0]
+
+
+def step_call(serving, step, **kwargs):
+    return serving.decode_step(
+        step["x"], step["a"], step["b"], step["A_log"], step["dt_bias"], step["conv_state"],
+        step["conv_weight"], step["conv_bias"], step["state"], step["state_indices"],
+        num_k_heads=H, scale=K**-0.5, **kwargs,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_decode_step_writes_a_given_out_with_the_bits_of_a_new_one(serving, state_dtype):
+    step = make_step(state_dtype, True)
+    first = {k: v.clone() for k, v in step.items()}
+    want = step_call(serving, first)
+    given = {k: v.clone() for k, v in step.items()}
+    out = torch.full(tuple(want.shape), float("nan"), dtype=want.dtype)
+    got = step_call(serving, given, out=out)
+    assert got is out
+    assert same_bits(out, want)
+    assert same_bits(given["state"], first["state"])
+    assert same_bits(given["conv_state"], first["conv_state"])
+
+
+@pytest.mark.parametrize(
+    "make_out, message",
+    [
+        (lambda shape, dtype: torch.empty(shape[0] + 1, *shape[1:], dtype=dtype), "must be"),
+        (lambda shape, dtype: torch.empty(shape, dtype=torch.float32), "must be"),
+        (
+            lambda shape, dtype: torch.empty(*shape[:-1], 2 * shape[-1], dtype=dtype)[..., ::2],
+            "contiguous",
+        ),
+    ],
+    ids=["rows", "dtype", "strided"],
+)
+def test_decode_step_rejects_an_unfit_out_before_writing_anything(serving, make_out, message):
+    step = make_step(torch.float32, True)
+    before = {k: v.clone() for k, v in step.items()}
+    with pytest.raises(ValueError, match=message):
+        step_call(serving, step, out=make_out((len(step["x"]), 1, HV, V), step["x"].dtype))
+    for name in ("conv_state", "state"):
+        assert same_bits(step[name], before[name]), name
+
+
+def test_mode_golden_decode_writes_the_goldens_bits_into_core_attn_out_only(serving, monkeypatch):
+    """The patched ``_forward_core_decode_non_spec`` hands vLLM's ``core_attn_out`` to the
+    kernels (no copy after them): its first ``num_actual_tokens`` rows get the goldens' bits,
+    the padding rows after them stay as they were."""
+    from vllm_gdn_invariant.patches import golden_decode_step  # imports vLLM
+
+    outs = []
+
+    def decode_step(*args, **kwargs):
+        outs.append(kwargs.get("out"))
+        return serving.decode_step(*args, **kwargs)
+
+    monkeypatch.setattr(golden_decode_step, "decode_step", decode_step)
+    dim_first = golden_decode_step.is_conv_state_dim_first()
+    step = make_step(torch.bfloat16, dim_first)
+    expected = {k: v.clone() for k, v in step.items()}
+    want = step_call(serving, expected, activation="silu", dim_first=dim_first)
+    batch, padding = len(step["x"]), 3
+    layer = SimpleNamespace(
+        A_log=step["A_log"],
+        dt_bias=step["dt_bias"],
+        kv_cache=(step["conv_state"], step["state"]),
+        conv1d=SimpleNamespace(weight=step["conv_weight"][:, None, :], bias=step["conv_bias"]),
+        num_k_heads=H,
+        tp_size=1,
+        head_k_dim=K,
+        activation="silu",
+    )
+    metadata = SimpleNamespace(
+        num_actual_tokens=batch,
+        non_spec_state_indices_tensor=torch.cat(
+            [step["state_indices"], torch.zeros(padding, dtype=torch.int32)]
+        ),
+    )
+    pad = lambda t: torch.cat([t, torch.zeros(padding, *t.shape[1:], dtype=t.dtype)])  # noqa: E731
+    core_attn_out = torch.full((batch + padding, HV, V), float("nan"), dtype=torch.bfloat16)
+    golden_decode_step.golden_forward_core_decode_non_spec(
+        layer, pad(step["x"]), pad(step["b"]), pad(step["a"]), core_attn_out, metadata
+    )
+    assert len(outs) == 1 and outs[0] is not None, "the kernels write core_attn_out itself"
+    assert outs[0].data_ptr() == core_attn_out.data_ptr()
+    assert same_bits(core_attn_out[:batch], want.squeeze(1))
+    assert core_attn_out[batch:].isnan().all()
+    assert same_bits(step["state"], expected["state"])
+    assert same_bits(step["conv_state"], expected["conv_state"])

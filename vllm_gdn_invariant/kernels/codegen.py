@@ -257,12 +257,22 @@ def signature_of(kernel: triton.runtime.JITFunction, arguments: tuple, constexpr
     return signature, constants, attributes
 
 
-def compile_kernel(kernel, arguments, constexprs, num_warps: int, capability: int, fusion: bool):
+def compile_kernel(
+    kernel,
+    arguments,
+    constexprs,
+    num_warps: int,
+    capability: int,
+    fusion: bool,
+    options: dict | None = None,
+):
+    """``kernel`` compiled for ``sm_<capability>`` on these arguments, with Triton's compile
+    ``options`` beside ``num_warps`` and contraction (``maxnreg``, for one)."""
     signature, constants, attributes = signature_of(kernel, arguments, constexprs)
     return triton.compile(
         ASTSource(kernel, signature, constants, attributes),
         target=GPUTarget("cuda", capability, 32),
-        options={"num_warps": num_warps, "enable_fp_fusion": fusion},
+        options={"num_warps": num_warps, "enable_fp_fusion": fusion, **(options or {})},
     )
 
 
@@ -280,10 +290,12 @@ def compile_recurrent(
     fusion: bool = False,
     config: recurrent_module.RecurrentConfig | None = None,
     module: ModuleType = recurrent_module,
+    options: dict | None = None,
 ):
     """``module.recurrent_step_kernel`` (``kernels.recurrent``, or another version of that
     module) compiled for ``sm_<capability>`` at ``config``, by default the module's default
-    launch shape (``fusion=True`` compiles it with contraction on, for comparison)."""
+    launch shape (``fusion=True`` compiles it with contraction on, for comparison; ``options``:
+    other Triton compile options, as ``compile_kernel``)."""
     H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k, dims.head_v
     mixed_qkv = meta((dims.batch, 2 * H * K + HV * V), mixed_dtype)
     gates = meta((dims.batch, HV), mixed_dtype)
@@ -310,6 +322,7 @@ def compile_recurrent(
         config.num_warps,
         capability,
         fusion,
+        options,
     )
 
 

@@ -204,15 +204,12 @@ def launch_into(
         return bound
     if dims.batch == 0:
         return None
-    key = bound_key(tensors, bias is None, dims, config)
-    bound = LAUNCH_CONV.launch_bound(key, tensors)
-    if bound is not None:
-        return bound
-    grid, arguments, constexprs = kernel_arguments(
-        x, conv_state, weight, state_indices, bias, out, dims, config
-    )
-    return LAUNCH_CONV.bind(
-        key, grid, arguments, constexprs, num_warps=config.num_warps, device=x.device
+    return LAUNCH_CONV.launch_keyed(
+        bound_key(tensors, bias is None, dims, config),
+        tensors,
+        lambda: kernel_arguments(x, conv_state, weight, state_indices, bias, out, dims, config),
+        num_warps=config.num_warps,
+        device=x.device,
     )
 
 

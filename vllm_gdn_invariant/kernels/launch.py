@@ -28,6 +28,8 @@ compiled and every launch is the interpreter's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 from triton.runtime import JITFunction
@@ -144,6 +146,24 @@ class Launcher:
         if bound is not None:
             run_bound(bound, tensors)
         return bound
+
+    def launch_keyed(
+        self,
+        key: tuple,
+        tensors: tuple,
+        build: Callable[[], tuple[tuple[int, ...], tuple, dict]],
+        *,
+        num_warps: int,
+        device: torch.device,
+    ) -> BoundLaunch | None:
+        """Launch ``tensors`` with the launch bound to ``key``; on the key's first launch,
+        ``build()`` gives (grid, arguments, constexprs) and ``bind`` binds them. Returns the bound
+        launch that ran (None where none was bound, as ``bind``)."""
+        bound = self.launch_bound(key, tensors)
+        if bound is not None:
+            return bound
+        grid, arguments, constexprs = build()
+        return self.bind(key, grid, arguments, constexprs, num_warps=num_warps, device=device)
 
     def launch(
         self,

@@ -497,13 +497,12 @@ def launch_into(
         return bound
     if dims.batch == 0:
         return None
-    key = bound_key(tensors, dims, config)
-    bound = LAUNCH_RECURRENT.launch_bound(key, tensors)
-    if bound is not None:
-        return bound
-    grid, arguments, constexprs = kernel_arguments(*tensors, dims, config)
-    return LAUNCH_RECURRENT.bind(
-        key, grid, arguments, constexprs, num_warps=config.num_warps, device=mixed_qkv.device
+    return LAUNCH_RECURRENT.launch_keyed(
+        bound_key(tensors, dims, config),
+        tensors,
+        lambda: kernel_arguments(*tensors, dims, config),
+        num_warps=config.num_warps,
+        device=mixed_qkv.device,
     )
 
 

@@ -20,7 +20,7 @@ from torch import Tensor
 from vllm_gdn_invariant.golden import RecurrentDims, fp32_scale
 
 from .conv import ConvConfig, conv_config, launch_conv
-from .recurrent import RecurrentConfig, launch_recurrent, recurrent_config
+from .recurrent import RecurrentConfig, launch_into, new_output, recurrent_config
 from .validation import ConvDims
 
 PLANS = 1024  # decode-step shapes whose dims and launch shapes are kept
@@ -42,13 +42,16 @@ def decode_step(
     scale: float,
     activation: str | None = "silu",
     dim_first: bool = True,
+    out: Tensor | None = None,
 ) -> Tensor:
     """One decode token per row: ``out [B, 1, HV, V]``; ``conv_state`` and ``state`` in place.
 
     ``x`` [B, 2*H*K + HV*V] is the row's q | k | v before the convolution, ``conv_weight``
     [dim, W], ``conv_state`` vLLM's cache ([blocks, dim, W-1] when ``dim_first``, else
     [blocks, W-1, dim]), ``state`` [blocks, HV, V, K]. Bitwise ``golden.conv_update`` followed
-    by ``golden.recurrent_step`` on the conv output.
+    by ``golden.recurrent_step`` on the conv output. The output goes to ``out`` when given (a
+    contiguous [B, 1, HV, V] tensor of x's dtype on x's device, such as vLLM's
+    ``core_attn_out[:B].unsqueeze(1)``), else to a new tensor.
     """
     num_v_heads, head_v, head_k = state.shape[1:]
     conv_dims, conv_shape, dims, shape = decode_plan(
@@ -64,11 +67,28 @@ def decode_step(
         math.copysign(1.0, scale),  # -0.0 and 0.0 are one key otherwise
         state.dtype,
     )
+    if out is None:
+        out = new_output(x, dims)
+    else:
+        check_output(out, x, dims)
     conv_out, _ = launch_conv(
         x, conv_state, conv_weight, state_indices, conv_bias, conv_dims, conv_shape
     )
-    out, _ = launch_recurrent(conv_out, a, b, A_log, dt_bias, state, state_indices, dims, shape)
+    launch_into(out, conv_out, a, b, A_log, dt_bias, state, state_indices, dims, shape)
     return out
+
+
+def check_output(out: Tensor, x: Tensor, dims: RecurrentDims) -> None:
+    """ValueError unless ``out`` can take the recurrent kernel's output for ``x``: [B, 1, HV, V],
+    contiguous, x's dtype and device (the kernel writes it as contiguous memory)."""
+    want = (dims.batch, 1, dims.num_v_heads, dims.head_v)
+    if tuple(out.shape) != want or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(
+            f"decode_step: out must be {list(want)} {x.dtype} on {x.device}, got "
+            f"{list(out.shape)} {out.dtype} on {out.device}"
+        )
+    if not out.is_contiguous():
+        raise ValueError(f"decode_step: out must be contiguous, got strides {out.stride()}")
 
 
 @functools.lru_cache(maxsize=PLANS)

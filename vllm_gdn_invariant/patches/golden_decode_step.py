@@ -30,10 +30,11 @@ def golden_forward_core_decode_non_spec(
     attn_metadata,
 ):
     """Non-spec decode rows through the golden-matched kernels (vllm-gdn-invariant, mode
-    golden): bitwise ``golden.conv_update`` then ``golden.recurrent_step``."""
+    golden): bitwise ``golden.conv_update`` then ``golden.recurrent_step``, the output written
+    into ``core_attn_out`` by the recurrent kernel, as vLLM's packed decode writes it."""
     num_actual_tokens = attn_metadata.num_actual_tokens
     state_indices = attn_metadata.non_spec_state_indices_tensor[:num_actual_tokens]
-    out = decode_step(
+    decode_step(
         mixed_qkv[:num_actual_tokens],
         a[:num_actual_tokens],
         b[:num_actual_tokens],
@@ -48,8 +49,8 @@ def golden_forward_core_decode_non_spec(
         scale=self.head_k_dim**-0.5,
         activation=self.activation,
         dim_first=is_conv_state_dim_first(),
+        out=core_attn_out[:num_actual_tokens].unsqueeze(1),
     )
-    core_attn_out[:num_actual_tokens] = out.squeeze(1)
 
 
 def golden_replay_tokens(
