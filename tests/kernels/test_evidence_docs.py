@@ -1,5 +1,6 @@
 """docs/kernels.md's speed tables and verdicts are what their evidence files say: the latest run
-(docs/evidence/h200_engine/fbcbb14/, the host path on an H100), the one at ea50d1f
+(docs/evidence/h200_engine/12a52f9/, on an H100, with its two engine runs), the one at fbcbb14
+(h200_engine/fbcbb14/, the host path on an H100), the one at ea50d1f
 (h200_engine/ea50d1f/, beside 6aa67cf's package on the same machine) and the engine run after it
 (h200_engine/67c154e/), the latest H200 run
 (docs/evidence/bench_decode.json at 6aa67cf, whose Triton functions are today's, and
@@ -27,8 +28,10 @@ EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.js
 CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest H200 run of the kernels
 HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # an H100
 AT_EA50D1F = HOST_PATH / "bench_decode.json"
-LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "fbcbb14"  # the latest run, an H100
+LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "12a52f9"  # the latest run, an H100
 LATEST = LATEST_RUN / "bench_decode.json"
+AT_FBCBB14_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "fbcbb14"  # an H100
+AT_FBCBB14 = AT_FBCBB14_RUN / "bench_decode.json"
 SAME_MACHINE = HOST_PATH / "bench_decode_6aa67cf_same_machine.json"
 KERNEL_SOURCES = ("conv.py", "elementary.py", "recurrent.py")
 AT_613A30B = ROOT / "docs" / "evidence" / "h200_engine" / "613a30b" / "bench_decode.json"
@@ -168,14 +171,69 @@ def test_the_triton_functions_are_those_the_h200_run_timed():
 def test_the_latest_run_is_quoted():
     report = json.loads(LATEST.read_text())
     cases = report["cases"]
+    assert report["provenance"]["git_commit"] == "12a52f9" and report["complete"]
+    assert not report["provenance"]["git_dirty"] and report["summary"]["api_bound_misses"] == []
+    assert "171 passed" in (LATEST_RUN / "pytest_kernels.log").read_text()
+
+    def device(op: str, state: str) -> str:
+        chosen = [
+            c for c in cases if (c["op"], c["state_dtype"]) == (op, state) and c["batch"] >= 64
+        ]
+        return span_of(chosen, "speed_vs_vllm_device", fmt=".3f") + "x"
+
+    lowest = min(c["speed_vs_vllm_wall"] for c in cases if c["batch"] < 64)
+    assert (
+        f"the API bound is met in all {len(cases)} cases; device time at B >= 64 the recurrent "
+        f"step {device('recurrent', 'float32')} with an fp32 state and "
+        f"{device('recurrent', 'bfloat16')} with bf16, the decode step "
+        f"{device('decode_step', 'float32')} and {device('decode_step', 'bfloat16')}; wall time "
+        f"below B = 64 {lowest:.2f}x vLLM or more." in flat_doc()
+    )
+
+
+def test_the_latest_engine_runs_are_quoted_as_inconclusive():
+    doc = flat_doc()
+    quoted = []
+    for name in ("bench_engine_golden.json", "bench_engine_golden_2.json"):
+        report = json.loads((LATEST_RUN / name).read_text())
+        assert report["provenance"]["git_commit"].startswith("12a52f9")
+        summary = report["summary"]
+        assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] == (
+            "inconclusive"
+        )
+        spread = summary["ratio_spread"]["golden"]["decode_throughput_vs_route"]
+        rounds = summary["round_ratios"]["golden"]["decode_throughput_vs_route"]
+        ratio = summary["ratios"]["golden"]["decode_throughput_vs_route"]
+        own = [
+            max(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
+            / min(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
+            for arm in ("route", "golden")
+        ]
+        quoted.append((ratio, spread, rounds, own))
+    (r1, s1, rounds1, own1), (r2, s2, rounds2, own2) = quoted
+    assert (
+        f"moved {own1[0]:.2f}x (route) and {own1[1]:.2f}x (golden) in the first run, "
+        f"{own2[0]:.2f}x and {own2[1]:.2f}x in the second" in doc
+    )
+    assert (
+        f"{r1:.3f}x by the medians and {s1['median']:.3f}x by the median round ratio in the first "
+        f"run (rounds {min(rounds1):.2f}–{max(rounds1):.2f}x, spread {100 * s1['spread']:.0f} %), "
+        f"{r2:.3f}x and {s2['median']:.3f}x in the second (rounds "
+        f"{min(rounds2):.2f}–{max(rounds2):.2f}x, spread {100 * s2['spread']:.0f} %)" in doc
+    )
+
+
+def test_the_fbcbb14_run_is_quoted():
+    report = json.loads(AT_FBCBB14.read_text())
+    cases = report["cases"]
     assert report["provenance"]["git_commit"] == "fbcbb14" and report["complete"]
     assert report["summary"]["api_bound_misses"] == []
     doc = flat_doc()
     assert f"the API bound is met in all {len(cases)} cases (ea50d1f: {len(cases) - 1})" in doc
-    bitwise = (LATEST_RUN / "pytest_kernels.log").read_text()
+    bitwise = (AT_FBCBB14_RUN / "pytest_kernels.log").read_text()
     assert bitwise.count(".") >= 161 and "F" not in bitwise and "passed" not in bitwise  # cut off
-    assert "4 passed" in (LATEST_RUN / "pytest_kernels_tail.log").read_text()
-    assert "9 passed" in (LATEST_RUN / "pytest_kernels_launch.log").read_text()
+    assert "4 passed" in (AT_FBCBB14_RUN / "pytest_kernels_tail.log").read_text()
+    assert "9 passed" in (AT_FBCBB14_RUN / "pytest_kernels_launch.log").read_text()
     assert "after 161 of the 162 cases" in doc
 
     def median_ratio(op: str) -> str:
@@ -289,7 +347,7 @@ def test_the_host_path_run_is_quoted():
 @pytest.mark.parametrize(
     "evidence, marker",
     [
-        (LATEST, "bench-decode-table-fbcbb14"),
+        (AT_FBCBB14, "bench-decode-table-fbcbb14"),
         (AT_EA50D1F, "bench-decode-table-ea50d1f"),
         (CURRENT, "bench-decode-table"),
         (AT_613A30B, "bench-decode-table-613a30b"),

@@ -20,6 +20,8 @@ NCU = ROOT / "docs/evidence/h200_engine/1765652/ncu_recurrent.json"
 REGISTERS = ROOT / "docs/evidence/h200_engine/641fd2c/bench_decode_registers.json"
 PREFETCH = ROOT / "docs/evidence/h200_engine/3042e87/bench_decode_prefetch.json"
 LOAD_ORDER = ROOT / "docs/evidence/sass_load_order_triton3.6.0.json"
+REPLAY_STEP = ROOT / "docs/evidence/h200_engine/2a9f630/bench_decode_replay_step.json"
+MORE_PROGRAMS = ROOT / "docs/evidence/h200_engine/2a9f630/bench_decode_sweep_more_programs.json"
 
 
 def printed(script: str, flag: str, evidence: Path) -> str:
@@ -39,8 +41,9 @@ def printed(script: str, flag: str, evidence: Path) -> str:
         ("profile_recurrent.py", "--table", NCU, "ncu-table"),
         ("bench_decode.py", "--registers-table", REGISTERS, "registers-table"),
         ("bench_decode.py", "--prefetch-table", PREFETCH, "prefetch-table"),
+        ("bench_decode.py", "--replay-step-table", REPLAY_STEP, "replay-step-table"),
     ],
-    ids=["contracted", "ncu", "registers", "prefetch"],
+    ids=["contracted", "ncu", "registers", "prefetch", "replay-step"],
 )
 def test_each_table_is_its_evidence_file(script, flag, evidence, marker):
     assert marked_block(DOC.read_text(), marker) == printed(script, flag, evidence)
@@ -124,3 +127,55 @@ def test_loads_two_blocks_ahead_kept_the_bits_and_were_slower_from_64_rows():
     two = f"{min(d['prefetch_two'] for d in bf16):.3f}–{max(d['prefetch_two'] for d in bf16):.3f}"
     ours = f"{min(d['ours'] for d in bf16):.3f}–{max(d['ours'] for d in bf16):.3f}"
     assert f"bf16 default {two}x against ours' {ours}x" in doc_text()
+
+
+def test_no_program_shape_beat_the_default_and_one_warp_of_32_rows_was_slower():
+    report = json.loads(MORE_PROGRAMS.read_text())
+    assert report["provenance"]["git_commit"] == "2a9f630" and report["provenance"]["git_dirty"]
+    cases = {(c["state_dtype"], c["batch"]): c["sweep"] for c in report["cases"]}
+    assert sorted(batch for _, batch in cases) == [128, 128, 512, 512, 1024, 1024]
+    for batch in (128, 512, 1024):  # rows sorted by time: the bf16 default is the fastest
+        assert cases[("bfloat16", batch)][0]["default"]
+    text = doc_text()
+    for batch in (512, 1024):
+        fastest, default = (
+            cases[("float32", batch)][0],
+            next(r for r in cases[("float32", batch)] if r["default"]),
+        )
+        assert fastest["config"] == {
+            "block_v": 8, "log2_j": 0, "log2_cl": 5, "log2_vec": 2, "num_warps": 1, "chunks": 1
+        }  # fmt: skip
+        assert f"{fastest['us']:.2f} against" in text and f"{default['us']:.2f}" in text
+        assert f"{fastest['speed_vs_vllm']:.3f}x vLLM against" in text
+    bf16 = {tuple(r["config"].values()): r for r in cases[("bfloat16", 128)]}
+    one_warp = bf16[(32, 2, 2, 3, 1, 1)]  # block_v, log2_j, log2_cl, log2_vec, warps, chunks
+    four_warps = bf16[(32, 2, 2, 3, 4, 4)]
+    default = cases[("bfloat16", 128)][0]
+    assert f"timed {len(bf16) - 1} other shapes beside the default" in text
+    assert (
+        f"the one-warp 32-row program is {one_warp['speed_vs_vllm']:.3f}x vLLM at B = 128 "
+        f"(default {default['speed_vs_vllm']:.3f}x)" in text
+    )
+    assert f"ties the default ({four_warps['us']:.2f} against {default['us']:.2f} µs)" in text
+
+
+def test_the_replay_kernel_as_a_decode_step_kept_the_bits_and_was_slower():
+    report = json.loads(REPLAY_STEP.read_text())
+    assert report["provenance"]["git_commit"] == "2a9f630" and not report["provenance"]["git_dirty"]
+    steps = [c["replay_step"] for c in report["cases"]]
+    assert len(steps) == 22 and all(s["same_bits"] == {"replay_one_token": True} for s in steps)
+    assert all(s["kernel_us"]["replay_one_token"] > s["kernel_us"]["ours"] for s in steps)
+    assert all(s["kernel_us"]["replay_one_token"] > s["kernel_us"]["vllm"] for s in steps)
+
+    def span(dtype: str) -> str:
+        ratios = [
+            c["replay_step"]["speed_vs_vllm_device"]["replay_one_token"]
+            for c in report["cases"]
+            if c["state_dtype"] == dtype
+        ]
+        return f"{min(ratios):.3f}–{max(ratios):.3f}x"
+
+    assert (
+        f"Slower than both everywhere (bf16 {span('bfloat16')} vLLM, fp32 {span('float32')})"
+        in doc_text()
+    )
