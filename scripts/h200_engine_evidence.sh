@@ -17,7 +17,8 @@
 #   bench         the engine benchmark with its kernel-time profile (alone on the GPU)
 #   golden-bench  mode golden against mode route in the engine benchmark: the decode-heavy
 #                 workload (1536 new tokens, rounds of ~9 s per arm) and inter-token latency,
-#                 9 rounds, each engine on its own share of the CPUs (alone on the GPU;
+#                 9 rounds, each engine on its own share of the CPUs, then one profiled decode
+#                 run per arm (device time by kernel category; alone on the GPU;
 #                 copy $OUT/bench_engine_golden.json to docs/evidence/)
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
@@ -95,7 +96,7 @@ case $stage in
   golden-bench)
     job bench_engine_golden python scripts/bench_engine.py --arms route,golden \
       --workloads decode,itl --decode-new-tokens 1536 --rounds 9 --start-timeout 300 \
-      --pin-cpus --out "$out/bench_engine_golden.json"
+      --pin-cpus --profile decode --out "$out/bench_engine_golden.json"
     ;;
   kernels)
     now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \

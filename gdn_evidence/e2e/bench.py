@@ -90,6 +90,8 @@ ITL_NEW_TOKENS = 256
 DECODE_PROMPTS = 128
 DECODE_NEW_TOKENS = 512
 MAX_DECODE_NEW_TOKENS = 1792  # with the prompt's tokens, within max_model_len (2048)
+PROFILE_WORKLOADS = ("throughput", "decode")
+PROFILE_DECODE_NEW_TOKENS = 128  # a profiled decode run: the decode prompts, this many tokens
 
 
 def throughput_prompts() -> list[str]:
@@ -172,8 +174,12 @@ def serve(spec: dict[str, Any]) -> None:
             seconds, new = timed(decode_prompts, decode_tokens)
             say(op, {"seconds": seconds, "output_tok_s": new / seconds})
         elif op == "profile" and profile_dir is not None:
+            if spec.get("profile_workload", "throughput") == "decode":
+                prompts, tokens = decode_prompts, PROFILE_DECODE_NEW_TOKENS // scale
+            else:
+                prompts, tokens = long_prompts, new_tokens
             llm.start_profile()
-            seconds, _ = timed(long_prompts, new_tokens)
+            seconds, _ = timed(prompts, tokens)
             llm.stop_profile()
             say(op, {"seconds": seconds, **kernel_time_summary(trace_files(profile_dir))})
         elif op == "itl":
@@ -518,9 +524,12 @@ def rounds_digest(rounds: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(rounds, sort_keys=True).encode()).hexdigest()
 
 
-def profile(engines: dict[str, Engine], ready: list[str], timeout: float) -> dict[str, Any]:
-    """One profiled throughput run per arm, and each plugin arm's extra time against vLLM's."""
-    result: dict[str, Any] = {"arms": {}}
+def profile(
+    engines: dict[str, Engine], ready: list[str], timeout: float, workload: str = "throughput"
+) -> dict[str, Any]:
+    """One profiled run of ``workload`` per arm, and each other arm's extra device time against
+    vLLM's (``vs_vllm``), or against mode route's where vLLM alone did not run (``vs_route``)."""
+    result: dict[str, Any] = {"workload": workload, "arms": {}}
     for arm in ready:
         result["arms"][arm] = engines[arm].ask("profile", 3 * timeout)
         summary = result["arms"][arm]
@@ -529,10 +538,11 @@ def profile(engines: dict[str, Engine], ready: list[str], timeout: float) -> dic
             + ", ".join(f"{k} {v:.0%}" for k, v in summary["categories_share"].items()),
             flush=True,
         )
-    base = result["arms"].get("vllm")
+    base_arm = next((arm for arm in ("vllm", "route") if arm in result["arms"]), None)
+    base = result["arms"].get(base_arm) if base_arm else None
     if base and base["device_us"]:
-        result["vs_vllm"] = {
-            arm: compare_to(base, result["arms"][arm]) for arm in ready if arm != "vllm"
+        result[f"vs_{base_arm}"] = {
+            arm: compare_to(base, result["arms"][arm]) for arm in ready if arm != base_arm
         }
     return result
 
@@ -582,9 +592,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--profile",
-        action="store_true",
-        help="after the rounds, profile one throughput run per arm: device time by kernel "
-        "category (not part of the timed rounds)",
+        nargs="?",
+        const="throughput",
+        choices=PROFILE_WORKLOADS,
+        help="after the rounds, profile one run of this workload per arm (default throughput; "
+        f"decode: the decode prompts with {PROFILE_DECODE_NEW_TOKENS} new tokens): device time "
+        "by kernel category (not part of the timed rounds)",
     )
     parser.add_argument(
         "--resummarize",
@@ -626,8 +639,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown or not workloads:
         parser.error(f"--workloads: {', '.join(unknown) or 'empty'}; valid: {', '.join(WORKLOADS)}")
-    if args.profile and "throughput" not in workloads:
-        parser.error("--profile profiles the throughput workload: add it to --workloads")
+    if args.profile and args.profile not in workloads:
+        parser.error(
+            f"--profile {args.profile} profiles the {args.profile} workload (its prompts are "
+            "warmed up with the timed ones): add it to --workloads"
+        )
     model = TINY_QWEN3_NEXT if args.tiny else BENCH_QWEN3_NEXT
     name = "tiny Qwen3-Next" if args.tiny else "bench model"
     try:
@@ -656,6 +672,7 @@ def main(argv: list[str] | None = None) -> int:
         "attention_backend": args.attention_backend or None,
         "prefill_backend": args.prefill_backend or None,
         "profile_root": str(work / "profile") if args.profile else None,
+        "profile_workload": args.profile,
         "workloads": workloads,
         "decode_new_tokens": args.decode_new_tokens,
         "pinned_cpus": pinned or None,
@@ -706,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             write()
             print(f"round {r + 1}: " + json.dumps(report["summary"]["ratios"]), flush=True)
         if args.profile and ready:
-            report["profile"] = profile(engines, ready, args.op_timeout)
+            report["profile"] = profile(engines, ready, args.op_timeout, args.profile)
             write()
     finally:
         for engine in engines.values():

@@ -427,7 +427,9 @@ def test_each_arm_runs_with_its_mode_and_batch_invariance(tmp_path):
     [
         (["--workloads", "decode,train"], "--workloads: train; valid:"),
         (["--workloads", ","], "--workloads: empty"),
-        (["--workloads", "decode", "--profile"], "--profile profiles the throughput workload"),
+        (["--workloads", "decode", "--profile"], "--profile throughput profiles the throughput"),
+        (["--workloads", "itl", "--profile", "decode"], "--profile decode profiles the decode"),
+        (["--workloads", "decode", "--profile", "prefill"], "--profile: invalid choice"),
         (["--arms", "route,gold"], "--arms: gold; valid: vllm, route, bi, golden"),
     ],
 )
@@ -492,3 +494,45 @@ def test_a_pinned_engine_process_runs_on_its_cpus_only():
         timeout=60,
     )
     assert probe.stdout.strip() == str(cpus)
+
+
+class ProfiledEngine:
+    def __init__(self, categories_us: dict[str, float]) -> None:
+        total = sum(categories_us.values())
+        self.summary = {
+            "device_us": total,
+            "categories_us": categories_us,
+            "categories_share": {k: v / total for k, v in categories_us.items()},
+        }
+        self.asked: list[str] = []
+
+    def ask(self, op: str, timeout: float) -> dict:
+        self.asked.append(op)
+        return self.summary
+
+
+def test_a_profile_without_vllm_alone_compares_every_arm_with_mode_route():
+    engines = {
+        "route": ProfiledEngine({"gdn_decode": 100.0, "moe": 400.0}),
+        "golden": ProfiledEngine({"gdn_decode": 104.0, "moe": 400.0, "other": 3.0}),
+    }
+    result = bench.profile(engines, ["route", "golden"], 1.0, "decode")
+    assert result["workload"] == "decode" and "vs_vllm" not in result
+    extra = result["vs_route"]["golden"]
+    assert extra["device_us_extra"] == 7.0
+    assert extra["categories_us_extra"] == {"gdn_decode": 4.0, "moe": 0.0, "other": 3.0}
+    assert all(engine.asked == ["profile"] for engine in engines.values())
+
+
+def test_a_profile_with_vllm_alone_compares_the_plugin_arms_with_it():
+    engines = {
+        "vllm": ProfiledEngine({"gdn_decode": 100.0}),
+        "route": ProfiledEngine({"gdn_decode": 101.0}),
+        "golden": ProfiledEngine({"gdn_decode": 104.0}),
+    }
+    result = bench.profile(engines, ["vllm", "route", "golden"], 1.0)
+    assert result["workload"] == "throughput" and "vs_route" not in result
+    assert {arm: v["device_us_extra"] for arm, v in result["vs_vllm"].items()} == {
+        "route": 1.0,
+        "golden": 4.0,
+    }
