@@ -179,3 +179,13 @@ def test_the_replay_kernel_as_a_decode_step_kept_the_bits_and_was_slower():
         f"Slower than both everywhere (bf16 {span('bfloat16')} vLLM, fp32 {span('float32')})"
         in doc_text()
     )
+
+
+def test_the_loops_barriers_quoted_are_the_output_stores():
+    """Per block, the bf16 default's loop has two barriers, between the state's four vector
+    stores and the output's store; the prologue's barriers come before the loop's loads."""
+    default = next(c for c in json.loads(LOAD_ORDER.read_text())["cases"] if c["maxnreg"] is None)
+    prologue, loop = default["ptx"].rsplit("LLLLLf", 1)
+    assert loop.count("B") == 2 and re.search(r"SSSSBBS\|", loop)
+    assert "B" in prologue
+    assert "two `bar.sync` between the state's stores and the output's (`SSSSBBS`" in doc_text()
