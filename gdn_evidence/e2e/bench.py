@@ -539,7 +539,7 @@ def profile(
             flush=True,
         )
     base_arm = next((arm for arm in ("vllm", "route") if arm in result["arms"]), None)
-    base = result["arms"].get(base_arm) if base_arm else None
+    base = result["arms"].get(base_arm)
     if base and base["device_us"]:
         result[f"vs_{base_arm}"] = {
             arm: compare_to(base, result["arms"][arm]) for arm in ready if arm != base_arm

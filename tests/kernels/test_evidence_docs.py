@@ -176,10 +176,7 @@ def test_the_latest_run_is_quoted():
     assert "171 passed" in (LATEST_RUN / "pytest_kernels.log").read_text()
 
     def device(op: str, state: str) -> str:
-        chosen = [
-            c for c in cases if (c["op"], c["state_dtype"]) == (op, state) and c["batch"] >= 64
-        ]
-        return span_of(chosen, "speed_vs_vllm_device", fmt=".3f") + "x"
+        return device_span(cases, op, state, 64, fmt=".3f")
 
     lowest = min(c["speed_vs_vllm_wall"] for c in cases if c["batch"] < 64)
     assert (
@@ -244,13 +241,8 @@ def test_the_fbcbb14_run_is_quoted():
         f"the pair {median_ratio('decode_step')}" in doc
     )
 
-    def device(op: str, state: str, low: int, high: int = 1024) -> str:
-        chosen = [
-            c
-            for c in cases
-            if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
-        ]
-        return span_of(chosen, "speed_vs_vllm_device", fmt=".3f") + "x"
+    def device(op: str, state: str, low: int) -> str:
+        return device_span(cases, op, state, low, fmt=".3f")
 
     assert (
         f"at B >= 64 the recurrent step {device('recurrent', 'float32', 64)} with an fp32 state "
@@ -319,12 +311,7 @@ def test_the_host_path_run_is_quoted():
     assert f"every op below B = 64 {lowest[0]:.2f}x or more ({lowest[1]:.2f}x)" in doc
 
     def device(op: str, state: str, low: int, high: int = 1024) -> str:
-        chosen = [
-            c
-            for c in new["cases"]
-            if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
-        ]
-        return span_of(chosen, "speed_vs_vllm_device") + "x"
+        return device_span(new["cases"], op, state, low, high)
 
     assert (
         f"at B >= 64 the recurrent step {device('recurrent', 'float32', 64)} with an fp32 state "
@@ -371,6 +358,17 @@ def span_of(chosen: list[dict], key: str, arm: str | None = None, fmt: str = ".2
     return f"{min(values):{fmt}}–{max(values):{fmt}}"
 
 
+def device_span(
+    cases: list[dict], op: str, state: str, low: int, high: int = 1024, fmt: str = ".2f"
+) -> str:
+    """``span_of`` the device-time ratio over ``cases`` of ``op`` and ``state`` with
+    ``low <= B <= high``, with its ``x``."""
+    chosen = [
+        c for c in cases if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
+    ]
+    return span_of(chosen, "speed_vs_vllm_device", fmt=fmt) + "x"
+
+
 def test_the_current_runs_quoted_ranges():
     every = json.loads(CURRENT.read_text())["cases"]
 
@@ -382,7 +380,7 @@ def test_the_current_runs_quoted_ranges():
         ]
 
     def device(op: str, state: str, low: int, high: int = 1024) -> str:
-        return span_of(of(op, state, low, high), "speed_vs_vllm_device") + "x"
+        return device_span(every, op, state, low, high)
 
     doc = flat_doc()
     assert (

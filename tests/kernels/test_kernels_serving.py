@@ -46,6 +46,14 @@ def make_step(state_dtype, dim_first, batch=5, blocks=9, seed=0):
     )
 
 
+def step_call(serving, step, **kwargs):
+    return serving.decode_step(
+        step["x"], step["a"], step["b"], step["A_log"], step["dt_bias"], step["conv_state"],
+        step["conv_weight"], step["conv_bias"], step["state"], step["state_indices"],
+        num_k_heads=H, scale=K**-0.5, **kwargs,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("dim_first", [True, False], ids=["dim-first", "state-first"])
 def test_decode_step_gives_the_goldens_conv_then_recurrent_bits(serving, state_dtype, dim_first):
@@ -72,22 +80,7 @@ def test_decode_step_gives_the_goldens_conv_then_recurrent_bits(serving, state_d
         scale=scale,
     )
     got = {k: v.clone() for k, v in step.items()}
-    out = serving.decode_step(
-        got["x"],
-        got["a"],
-        got["b"],
-        got["A_log"],
-        got["dt_bias"],
-        got["conv_state"],
-        got["conv_weight"],
-        got["conv_bias"],
-        got["state"],
-        got["state_indices"],
-        num_k_heads=H,
-        scale=scale,
-        activation="silu",
-        dim_first=dim_first,
-    )
+    out = step_call(serving, got, activation="silu", dim_first=dim_first)
     assert same_bits(out, want_out)
     assert same_bits(got["state"], want_state)
     assert same_bits(got["conv_state"], conv_state)
@@ -108,20 +101,7 @@ def test_decode_step_differs_from_the_goldens_without_the_conv(serving):
         num_k_heads=H,
         scale=scale,
     )
-    out = serving.decode_step(
-        step["x"],
-        step["a"],
-        step["b"],
-        step["A_log"],
-        step["dt_bias"],
-        step["conv_state"],
-        step["conv_weight"],
-        step["conv_bias"],
-        step["state"],
-        step["state_indices"],
-        num_k_heads=H,
-        scale=scale,
-    )
+    out = step_call(serving, step)
     assert not same_bits(out, want_out)
 
 
@@ -129,14 +109,6 @@ def test_decode_plans_keep_a_negative_zero_scale_apart(serving):
     plans = [serving.decode_plan(2, 64, 4, True, True, 2, 4, 8, 8, s, math.copysign(1.0, s),
                                  torch.float32) for s in (0.0, -0.0)]  # fmt: skip
     assert [math.copysign(1.0, plan[2].scale) for plan in plans] == [1.0, -1.0]
-
-
-def step_call(serving, step, **kwargs):
-    return serving.decode_step(
-        step["x"], step["a"], step["b"], step["A_log"], step["dt_bias"], step["conv_state"],
-        step["conv_weight"], step["conv_bias"], step["state"], step["state_indices"],
-        num_k_heads=H, scale=K**-0.5, **kwargs,
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
