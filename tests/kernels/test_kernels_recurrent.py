@@ -153,8 +153,9 @@ def test_every_launch_shape_the_sweep_times_gives_the_goldens_bits(kernels, stat
 def test_default_launch_shapes_on_a_gpu_follow_the_shape_rules_at_qwen3_next(kernels):
     """The GPU's launch shape for Qwen3-Next's heads (32 value heads) by batch size: fp32
     programs of one warp over 8 value rows, 32 elements of K per thread below 512 (row, head)
-    pairs and 16 from there; bf16 one warp over 8 rows, then 64 rows over 2 warps, then blocks
-    of 16 rows over 2 warps taken 4 and 8 to a program."""
+    pairs, 16 from there and 4 (the whole K as one slab, vLLM's layout) from 8192; bf16 one
+    warp over 8 rows, then 64 rows over 2 warps, then blocks of 16 rows over 2 warps taken 4
+    and 8 to a program."""
     dims = kernels.validation.RecurrentDims(64, 16, 32, 128, 128, 128**-0.5, True)
     shape = kernels.recurrent.RecurrentConfig
 
@@ -164,8 +165,10 @@ def test_default_launch_shapes_on_a_gpu_follow_the_shape_rules_at_qwen3_next(ker
 
     for batch in (1, 8):
         assert config(batch, torch.float32) == shape(8, 3, 2, 2, 1, 1)
-    for batch in (16, 64, 1024):
+    for batch in (16, 64, 128):
         assert config(batch, torch.float32) == shape(8, 2, 3, 2, 1, 1)
+    for batch in (256, 1024):
+        assert config(batch, torch.float32) == shape(8, 0, 5, 2, 1, 1)
     assert config(4, torch.bfloat16) == shape(8, 3, 2, 2, 1, 1)
     assert config(8, torch.bfloat16) == shape(64, 2, 2, 3, 2, 1)
     assert config(16, torch.bfloat16) == shape(16, 3, 2, 2, 2, 4)

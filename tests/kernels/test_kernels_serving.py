@@ -146,12 +146,10 @@ def test_decode_step_rejects_an_unfit_out_before_writing_anything(serving, make_
         assert same_bits(step[name], before[name]), name
 
 
-def test_mode_golden_decode_writes_the_goldens_bits_into_core_attn_out_only(serving, monkeypatch):
-    """The patched ``_forward_core_decode_non_spec`` hands vLLM's ``core_attn_out`` to the
-    kernels (no copy after them): its first ``num_actual_tokens`` rows get the goldens' bits,
-    the padding rows after them stay as they were."""
-    from vllm_gdn_invariant.patches import golden_decode_step  # imports vLLM
-
+def run_patched_decode(serving, golden_decode_step, monkeypatch, core_attn_out_like):
+    """The patched ``_forward_core_decode_non_spec`` on a bf16 step padded by 3 rows, with
+    ``core_attn_out = core_attn_out_like(rows)`` filled with NaN: (the ``out`` it handed to
+    ``decode_step``, core_attn_out, the rows, the goldens' output, the step, the expected step)."""
     outs = []
 
     def decode_step(*args, **kwargs):
@@ -181,13 +179,55 @@ def test_mode_golden_decode_writes_the_goldens_bits_into_core_attn_out_only(serv
         ),
     )
     pad = lambda t: torch.cat([t, torch.zeros(padding, *t.shape[1:], dtype=t.dtype)])  # noqa: E731
-    core_attn_out = torch.full((batch + padding, HV, V), float("nan"), dtype=torch.bfloat16)
+    core_attn_out = core_attn_out_like(batch + padding).fill_(float("nan"))
     golden_decode_step.golden_forward_core_decode_non_spec(
         layer, pad(step["x"]), pad(step["b"]), pad(step["a"]), core_attn_out, metadata
     )
-    assert len(outs) == 1 and outs[0] is not None, "the kernels write core_attn_out itself"
-    assert outs[0].data_ptr() == core_attn_out.data_ptr()
+    assert len(outs) == 1
+    return outs[0], core_attn_out, batch, want, step, expected
+
+
+def test_mode_golden_decode_writes_the_goldens_bits_into_core_attn_out_only(serving, monkeypatch):
+    """The patched ``_forward_core_decode_non_spec`` hands vLLM's ``core_attn_out`` to the
+    kernels (no copy after them): its first ``num_actual_tokens`` rows get the goldens' bits,
+    the padding rows after them stay as they were."""
+    from vllm_gdn_invariant.patches import golden_decode_step  # imports vLLM
+
+    out, core_attn_out, batch, want, step, expected = run_patched_decode(
+        serving,
+        golden_decode_step,
+        monkeypatch,
+        lambda rows: torch.empty(rows, HV, V, dtype=torch.bfloat16),
+    )
+    assert out is not None, "the kernels write core_attn_out itself"
+    assert out.data_ptr() == core_attn_out.data_ptr()
     assert same_bits(core_attn_out[:batch], want.squeeze(1))
+    assert core_attn_out[batch:].isnan().all()
+    assert same_bits(step["state"], expected["state"])
+    assert same_bits(step["conv_state"], expected["conv_state"])
+
+
+@pytest.mark.parametrize(
+    "core_attn_out_like",
+    [
+        lambda rows: torch.empty(rows, HV, V, dtype=torch.float32),
+        lambda rows: torch.empty(rows, HV, 2 * V, dtype=torch.bfloat16)[..., :V],
+    ],
+    ids=["other-dtype", "strided"],
+)
+def test_mode_golden_decode_copies_into_a_core_attn_out_the_kernel_cannot_write(
+    serving, monkeypatch, core_attn_out_like
+):
+    """A ``core_attn_out`` of another dtype than mixed_qkv's or not contiguous (vLLM allocates
+    neither) still gets the goldens' output, through a new tensor and a copy; decode_step would
+    refuse it as ``out``."""
+    from vllm_gdn_invariant.patches import golden_decode_step  # imports vLLM
+
+    out, core_attn_out, batch, want, step, expected = run_patched_decode(
+        serving, golden_decode_step, monkeypatch, core_attn_out_like
+    )
+    assert out is None, "a new output, then a copy"
+    assert same_bits(core_attn_out[:batch], want.squeeze(1).to(core_attn_out.dtype))
     assert core_attn_out[batch:].isnan().all()
     assert same_bits(step["state"], expected["state"])
     assert same_bits(step["conv_state"], expected["conv_state"])

@@ -342,6 +342,7 @@ SHAPE_RULES: dict[torch.dtype, tuple[tuple[int, ShapeRule], ...]] = {
     torch.float32: (
         (0, ShapeRule(row_elements=32, vector_bytes=16, block_v=8, num_warps=1, chunks=1)),
         (512, ShapeRule(row_elements=16, vector_bytes=16, block_v=8, num_warps=1, chunks=1)),
+        (8192, ShapeRule(row_elements=4, vector_bytes=16, block_v=8, num_warps=1, chunks=1)),
     ),
     torch.bfloat16: (
         (0, ShapeRule(row_elements=32, vector_bytes=8, block_v=8, num_warps=1, chunks=1)),

@@ -31,10 +31,13 @@ def golden_forward_core_decode_non_spec(
 ):
     """Non-spec decode rows through the golden-matched kernels (vllm-gdn-invariant, mode
     golden): bitwise ``golden.conv_update`` then ``golden.recurrent_step``, the output written
-    into ``core_attn_out`` by the recurrent kernel, as vLLM's packed decode writes it."""
+    into ``core_attn_out`` by the recurrent kernel, as vLLM's packed decode writes it (or
+    copied there, where ``core_attn_out`` is not contiguous or not of mixed_qkv's dtype)."""
     num_actual_tokens = attn_metadata.num_actual_tokens
     state_indices = attn_metadata.non_spec_state_indices_tensor[:num_actual_tokens]
-    decode_step(
+    target = core_attn_out[:num_actual_tokens].unsqueeze(1)
+    writable = target.is_contiguous() and target.dtype == mixed_qkv.dtype
+    out = decode_step(
         mixed_qkv[:num_actual_tokens],
         a[:num_actual_tokens],
         b[:num_actual_tokens],
@@ -49,8 +52,10 @@ def golden_forward_core_decode_non_spec(
         scale=self.head_k_dim**-0.5,
         activation=self.activation,
         dim_first=is_conv_state_dim_first(),
-        out=core_attn_out[:num_actual_tokens].unsqueeze(1),
+        out=target if writable else None,
     )
+    if not writable:
+        target.copy_(out)
 
 
 def golden_replay_tokens(
