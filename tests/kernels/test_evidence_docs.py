@@ -1,5 +1,6 @@
 """docs/kernels.md's speed tables and verdicts are what their evidence files say: the latest run
-(docs/evidence/h200_engine/12a52f9/, on an H100, with its two engine runs), the one at fbcbb14
+(docs/evidence/h200_engine/1ee138d/, on an H100, with its engine run and profile), the one at
+12a52f9 (h200_engine/12a52f9/, with its two engine runs), the one at fbcbb14
 (h200_engine/fbcbb14/, the host path on an H100), the one at ea50d1f
 (h200_engine/ea50d1f/, beside 6aa67cf's package on the same machine) and the engine run after it
 (h200_engine/67c154e/), the latest H200 run
@@ -28,8 +29,9 @@ EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.js
 CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest H200 run of the kernels
 HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # an H100
 AT_EA50D1F = HOST_PATH / "bench_decode.json"
-LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "12a52f9"  # the latest run, an H100
+LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "1ee138d"  # the latest run, an H100
 LATEST = LATEST_RUN / "bench_decode.json"
+AT_12A52F9_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "12a52f9"  # an H100
 AT_FBCBB14_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "fbcbb14"  # an H100
 AT_FBCBB14 = AT_FBCBB14_RUN / "bench_decode.json"
 SAME_MACHINE = HOST_PATH / "bench_decode_6aa67cf_same_machine.json"
@@ -171,7 +173,7 @@ def test_the_triton_functions_are_those_the_h200_run_timed():
 def test_the_latest_run_is_quoted():
     report = json.loads(LATEST.read_text())
     cases = report["cases"]
-    assert report["provenance"]["git_commit"] == "12a52f9" and report["complete"]
+    assert report["provenance"]["git_commit"] == "1ee138d" and report["complete"]
     assert not report["provenance"]["git_dirty"] and report["summary"]["api_bound_misses"] == []
     assert "171 passed" in (LATEST_RUN / "pytest_kernels.log").read_text()
 
@@ -188,11 +190,89 @@ def test_the_latest_run_is_quoted():
     )
 
 
-def test_the_latest_engine_runs_are_quoted_as_inconclusive():
+def test_the_12a52f9_run_is_quoted():
+    report = json.loads((AT_12A52F9_RUN / "bench_decode.json").read_text())
+    cases = report["cases"]
+    assert report["provenance"]["git_commit"] == "12a52f9" and report["complete"]
+    assert "171 passed" in (AT_12A52F9_RUN / "pytest_kernels.log").read_text()
+
+    def device(op: str, state: str) -> str:
+        return device_span(cases, op, state, 64, fmt=".3f")
+
+    lowest = min(c["speed_vs_vllm_wall"] for c in cases if c["batch"] < 64)
+    assert (
+        f"the API bound is met in all {len(cases)} cases; device time at B >= 64 the recurrent "
+        f"step {device('recurrent', 'float32')} with an fp32 state and "
+        f"{device('recurrent', 'bfloat16')} with bf16, the decode step "
+        f"{device('decode_step', 'float32')} and {device('decode_step', 'bfloat16')}; wall time "
+        f"below B = 64 {lowest:.2f}x vLLM or more." in flat_doc()
+    )
+    fp32 = [
+        c["speed_vs_vllm_device"]
+        for c in cases
+        if (c["op"], c["state_dtype"]) == ("recurrent", "float32") and c["batch"] >= 256
+    ]
+    now = {
+        c["speed_vs_vllm_device"]
+        for c in json.loads(LATEST.read_text())["cases"]
+        if (c["op"], c["state_dtype"]) == ("recurrent", "float32") and c["batch"] >= 256
+    }
+    assert (
+        f"At B = 256 to 1024 the fp32 recurrent step went from {min(fp32):.3f}–{max(fp32):.3f}x "
+        f"(12a52f9) to {min(now):.3f}x." in flat_doc()
+    )
+    assert len({f"{v:.3f}" for v in now}) == 1
+
+
+def test_the_latest_engine_run_and_its_profile_are_quoted():
+    report = json.loads((LATEST_RUN / "bench_engine_golden.json").read_text())
+    assert report["provenance"]["git_commit"] == "1ee138d"
+    assert not report["provenance"]["git_dirty"]
+    summary = report["summary"]
+    assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] == "inconclusive"
+    spread = summary["ratio_spread"]["golden"]["decode_throughput_vs_route"]
+    rounds = summary["round_ratios"]["golden"]["decode_throughput_vs_route"]
+    ratio = summary["ratios"]["golden"]["decode_throughput_vs_route"]
+    own = [
+        max(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
+        / min(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
+        for arm in ("route", "golden")
+    ]
+    profile = report["profile"]
+    assert profile["workload"] == "decode"
+    route, golden = (profile["arms"][arm] for arm in ("route", "golden"))
+    extra = profile["vs_route"]["golden"]["categories_us_extra"]
+    others = max(
+        abs(v) for k, v in extra.items() if k not in ("gdn_decode", "gdn_conv", "memcpy_memset")
+    )
+    doc = flat_doc()
+    assert (
+        f"decode throughput moved {own[0]:.2f}x (route) and {own[1]:.2f}x (golden) from round to "
+        f"round, golden/route decode throughput {ratio:.3f}x by the medians and "
+        f"{spread['median']:.3f}x by the median round ratio (rounds {min(rounds):.2f}–"
+        f"{max(rounds):.2f}x, spread {100 * spread['spread']:.0f} %): inconclusive." in doc
+    )
+    inverse = route["device_us"] / golden["device_us"]
+    assert (
+        f"the GPU ran {golden['device_us'] / 1e3:.2f} ms of kernels under mode golden against "
+        f"{route['device_us'] / 1e3:.2f} ms under mode route "
+        f"({golden['device_us'] / route['device_us']:.4f}x; route/golden {inverse:.3f}x)" in doc
+    )
+    gdn = route["categories_us"]["gdn_decode"], golden["categories_us"]["gdn_decode"]
+    assert (
+        f"({gdn[1] / 1e3:.2f} ms against {gdn[0] / 1e3:.2f} ms for vLLM's packed decode, "
+        f"{gdn[0] / gdn[1]:.3f}x:" in doc
+    )
+    assert f"and the conv ({extra['gdn_conv'] / 1e3:+.2f} ms)" in doc
+    assert f"the other categories moved by {others / 1e3:.2f} ms at most" in doc
+    assert f"the copies and memsets by {extra['memcpy_memset'] / 1e3:+.2f} ms" in doc
+
+
+def test_the_12a52f9_engine_runs_are_quoted_as_inconclusive():
     doc = flat_doc()
     quoted = []
     for name in ("bench_engine_golden.json", "bench_engine_golden_2.json"):
-        report = json.loads((LATEST_RUN / name).read_text())
+        report = json.loads((AT_12A52F9_RUN / name).read_text())
         assert report["provenance"]["git_commit"].startswith("12a52f9")
         summary = report["summary"]
         assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] == (
