@@ -11,14 +11,18 @@ are timed, each arm on its own copy of the state:
 * ``recurrent``: ``vllm`` is vLLM's ``fused_recurrent_gated_delta_rule_packed_decode``, ``ours``
   is ``kernels.recurrent.launch_recurrent`` (arguments checked once), ``ours_api`` the public
   ``kernels.recurrent_step``;
-* ``conv``: ``vllm`` is vLLM's ``causal_conv1d_update`` (SiLU, no bias, dim-first cache of the
-  state dtype, bf16 x and weight), ``ours`` is ``kernels.conv.launch_conv``, ``ours_api`` the
-  public ``kernels.conv_update``;
+* ``conv``: ``vllm`` is vLLM's ``causal_conv1d_update`` (SiLU, no bias, a cache of the state
+  dtype, bf16 x and weight), ``ours`` is ``kernels.conv.launch_conv``, ``ours_api`` the public
+  ``kernels.conv_update``;
 * ``decode_step``: the GDN decode step as vLLM serves it, ``vllm`` is ``causal_conv1d_update``
   then the packed decode on its output (vLLM's decode path), ``ours`` is
   ``kernels.serving.decode_step`` (what mode golden launches per layer), ``ours_api`` the public
   ``conv_update`` then ``recurrent_step``; the conv cache is bf16 (the model dtype, as vLLM
   allocates it), the recurrent state of the case's dtype.
+
+The conv caches have vLLM's layout ``--conv-layout``: ``state-first`` ([blocks, W-1, dim], vLLM's
+default, ``VLLM_SSM_CONV_STATE_LAYOUT`` unset or ``SD``; its ``_forward_core`` hands
+``causal_conv1d_update`` the transposed view) or ``dim-first`` ([blocks, dim, W-1], ``DS``).
 
 vLLM's kernels are called as vLLM's decode path calls them (harness/agreement.py). Arms
 alternate within each of ROUNDS rounds; every arm is measured three ways per round, medians
@@ -112,7 +116,9 @@ from vllm_gdn_invariant.shadow.bits import same_bits
 SCHEMA = "vllm-gdn-invariant/bench-decode/2"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 STATE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-CONV_DEFAULTS = {"bias": None, "activation": "silu", "dim_first": True}  # conv_update's
+CONV_DEFAULTS = {"bias": None, "activation": "silu"}  # conv_update's
+CONV_LAYOUTS = {"state-first": False, "dim-first": True}  # --conv-layout: dim_first
+DEFAULT_CONV_LAYOUT = "state-first"  # vLLM's (VLLM_SSM_CONV_STATE_LAYOUT unset)
 OPS = ("recurrent", "conv", "decode_step")
 ARMS = ("vllm", "ours", "ours_api")
 PEAK_COPY_BYTES = 1 << 30
@@ -222,11 +228,20 @@ def wall_calls(settings: Settings, us: float) -> int:
     return max(min(calls, settings.wall_max_calls), min(10, settings.wall_max_calls))
 
 
-def inputs(dims: LayerDims, batch: int, state_dtype: torch.dtype, seed: int, device: str) -> dict:
+def inputs(
+    dims: LayerDims,
+    batch: int,
+    state_dtype: torch.dtype,
+    seed: int,
+    device: str,
+    dim_first: bool = False,
+) -> dict:
     """One decode step's tensors: the recurrent step's, the conv update's (cache of the state
-    dtype) and the decode step's conv cache (bf16)."""
+    dtype) and the decode step's conv cache (bf16); the conv caches [blocks, dim, W-1] when
+    ``dim_first``, else [blocks, W-1, dim]."""
     H, HV, K, V = dims.num_k_heads, dims.num_v_heads, dims.head_k_dim, dims.head_v_dim
     dim, width = dims.conv_dim, dims.conv_width
+    conv_shape = (batch + 1, dim, width - 1) if dim_first else (batch + 1, width - 1, dim)
     g = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*shape):
@@ -241,8 +256,9 @@ def inputs(dims: LayerDims, batch: int, state_dtype: torch.dtype, seed: int, dev
         "state": (randn(batch + 1, HV, V, K) * 0.1).to(state_dtype),
         "state_indices": torch.arange(1, batch + 1, dtype=torch.int32, device=device),
         "x": randn(batch, dim).bfloat16(),
-        "conv_state": randn(batch + 1, dim, width - 1).to(state_dtype),
-        "step_conv_state": randn(batch + 1, dim, width - 1).bfloat16(),
+        "conv_state": randn(*conv_shape).to(state_dtype),
+        "step_conv_state": randn(*conv_shape).bfloat16(),
+        "dim_first": dim_first,
         "weight": (randn(dim, width) * 0.5).bfloat16(),
         "H": H,
         "scale": K**-0.5,
@@ -274,9 +290,17 @@ def recurrent_checks(mixed_qkv, a, b, A_log, dt_bias, state, indices, **options)
     CALL_PLANS.lookup(key, indices, num_blocks=state.shape[0])
 
 
-def conv_checks(x, conv_state, weight, indices) -> None:
-    """What ``conv_update`` (its defaults) does before launching on a repeated call."""
-    key = conv_kernel.conv_call_key(x, conv_state, weight, indices, **CONV_DEFAULTS)
+def vllm_conv_view(conv_state: torch.Tensor, dim_first: bool) -> torch.Tensor:
+    """The conv cache as vLLM's ``_forward_core`` hands it to ``causal_conv1d_update``:
+    [blocks, dim, W-1], a transposed view of a state-first cache."""
+    return conv_state if dim_first else conv_state.transpose(1, 2)
+
+
+def conv_checks(x, conv_state, weight, indices, dim_first: bool) -> None:
+    """What ``conv_update`` (no bias, SiLU) does before launching on a repeated call."""
+    key = conv_kernel.conv_call_key(
+        x, conv_state, weight, indices, **CONV_DEFAULTS, dim_first=dim_first
+    )
     CALL_PLANS.lookup(key, indices, num_blocks=conv_state.shape[0])
 
 
@@ -329,6 +353,7 @@ def recurrent_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
 def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     vllm_state, ours_state, api_state = (x["conv_state"].clone() for _ in range(3))
     vllm_x = x["x"].clone()  # vLLM writes its output over x when x has the cache dtype
+    dim_first = x["dim_first"]
     dims = check_conv_args(
         x["x"],
         ours_state,
@@ -336,7 +361,7 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
         x["state_indices"],
         bias=None,
         activation="silu",
-        dim_first=True,
+        dim_first=dim_first,
         interpreted=conv_kernel.INTERPRETED,
     )
     config = conv_kernel.conv_config(dims)
@@ -344,7 +369,7 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     def vllm():
         providers.conv_update(
             vllm_x,
-            vllm_state,
+            vllm_conv_view(vllm_state, dim_first),
             x["weight"],
             bias=None,
             activation="silu",
@@ -358,10 +383,10 @@ def conv_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
         )
 
     def ours_api():
-        conv_update(x["x"], api_state, x["weight"], x["state_indices"])
+        conv_update(x["x"], api_state, x["weight"], x["state_indices"], dim_first=dim_first)
 
     def checks():
-        conv_checks(x["x"], api_state, x["weight"], x["state_indices"])
+        conv_checks(x["x"], api_state, x["weight"], x["state_indices"], dim_first)
 
     return {"vllm": vllm, "ours": ours, "ours_api": ours_api, "_checks": checks, "_config": config}
 
@@ -375,13 +400,13 @@ def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     vllm_x = x["x"].clone()  # vLLM's conv writes its output over x (bf16 x, bf16 cache)
     vllm_out = torch.empty(batch, 1, HV, V, dtype=torch.bfloat16, device=clock.device)
     ours_out = torch.empty_like(vllm_out)  # mode golden writes vLLM's core_attn_out too
-    indices = x["state_indices"]
+    indices, dim_first = x["state_indices"], x["dim_first"]
     gates = (x["a"], x["b"], x["A_log"], x["dt_bias"])
 
     def vllm():
         mixed_qkv = providers.conv_update(
             vllm_x,
-            conv_states[0],
+            vllm_conv_view(conv_states[0], dim_first),
             x["weight"],
             bias=None,
             activation="silu",
@@ -404,17 +429,17 @@ def decode_step_arms(providers: Providers, x: dict, clock: GpuClock) -> dict:
     def ours():
         serving.decode_step(
             x["x"], *gates, conv_states[1], x["weight"], None, states[1], indices,
-            num_k_heads=x["H"], scale=x["scale"], out=ours_out,
+            num_k_heads=x["H"], scale=x["scale"], dim_first=dim_first, out=ours_out,
         )  # fmt: skip
 
     def ours_api():
-        mixed_qkv = conv_update(x["x"], conv_states[2], x["weight"], indices)
+        mixed_qkv = conv_update(x["x"], conv_states[2], x["weight"], indices, dim_first=dim_first)
         recurrent_step(mixed_qkv, *gates, states[2], indices, num_k_heads=x["H"], scale=x["scale"])
 
     conv_out = x["x"].new_empty(x["x"].shape)  # what conv_update returns: checked, not read
 
     def checks():
-        conv_checks(x["x"], conv_states[2], x["weight"], indices)
+        conv_checks(x["x"], conv_states[2], x["weight"], indices, dim_first)
         recurrent_checks(
             conv_out, *gates, states[2], indices, num_k_heads=x["H"], scale=x["scale"],
             use_qk_l2norm=True,
@@ -671,7 +696,7 @@ def time_replay_step(arms: dict, x: dict, clock: GpuClock) -> dict:
     gates = (x["a"], x["b"], x["A_log"], x["dt_bias"])
     indices, batch = x["state_indices"], x["x"].shape[0]
     cu_seqlens = torch.arange(batch + 1, dtype=torch.int32, device=indices.device)
-    options = {"num_k_heads": x["H"], "scale": x["scale"]}
+    options = {"num_k_heads": x["H"], "scale": x["scale"], "dim_first": x["dim_first"]}
 
     def replay(conv_state, state):
         return replay_tokens(
@@ -914,6 +939,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the replay kernel with one token per row beside each decode step",
     )
+    parser.add_argument(
+        "--conv-layout",
+        choices=tuple(CONV_LAYOUTS),
+        default=DEFAULT_CONV_LAYOUT,
+        help=f"the conv caches' layout (default {DEFAULT_CONV_LAYOUT}, vLLM's; module docstring)",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--rounds", type=int, help="rounds (default: 7, --quick 3)")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
@@ -978,6 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
                 "batch_sizes": list(batches),
                 "ops": list(ops),
                 "dims": dims.__dict__,
+                "conv_layout": args.conv_layout,
                 "inputs": "bf16 randn mixed_qkv/a/b/x/weight; A_log = log(U(1, 16)); "
                 "state randn*0.1; conv cache randn (op conv: the state dtype; decode_step: "
                 "bf16); all rows active; QK norm on; SiLU, no bias",
@@ -1001,7 +1033,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     for batch in batches:
         for dtype_name, state_dtype in STATE_DTYPES.items():
-            x = inputs(dims, batch, state_dtype, seed=batch, device=clock.device)
+            x = inputs(
+                dims,
+                batch,
+                state_dtype,
+                seed=batch,
+                device=clock.device,
+                dim_first=CONV_LAYOUTS[args.conv_layout],
+            )
             for op in ops:
                 if op == "recurrent":
                     arms, num_bytes = recurrent_arms(providers, x, clock), recurrent_bytes(x)
