@@ -109,22 +109,29 @@ def qwen3_next_dims(batch: int) -> RecurrentDims:
     return RecurrentDims(batch, H, HV, K, V, K**-0.5, True)
 
 
-def qwen3_next_default(op: str, batch: int, state_dtype: torch.dtype) -> dict:
+def qwen3_next_default(
+    op: str, batch: int, state_dtype: torch.dtype, conv_dim_first: bool = True
+) -> dict:
     """The package's default launch shape of ``op`` at Qwen3-Next's heads and conv
-    (``QWEN3_NEXT_HEADS``, ``QWEN3_NEXT_CONV``), as the sweep records shapes."""
+    (``QWEN3_NEXT_HEADS``, ``QWEN3_NEXT_CONV``; the conv cache dim-first or state-first), as the
+    sweep records shapes."""
     if op == "recurrent":
         dims = qwen3_next_dims(batch)
         return recurrent_kernel.recurrent_config(dims, state_dtype, interpreted=False).__dict__
     if op == "conv":
-        dims = ConvDims(batch, QWEN3_NEXT_CONV["dim"], QWEN3_NEXT_CONV["taps"], True, True)
+        conv = QWEN3_NEXT_CONV
+        dims = ConvDims(batch, conv["dim"], conv["taps"], conv_dim_first, True)
         return conv_kernel.conv_config(dims, interpreted=False).__dict__
     raise ValueError(f"no launch shape for op {op!r}")
 
 
-def default_sweep_row(case: dict) -> dict:
+def default_sweep_row(case: dict, conv_dim_first: bool = True) -> dict:
     """The row of a ``bench_decode.py --sweep`` case (one op, state dtype and batch size) that
-    times the package's default shape now; ValueError where the sweep did not time it."""
-    shape = qwen3_next_default(case["op"], case["batch"], STATE_DTYPES[case["state_dtype"]])
+    times the package's default shape now (of a sweep whose conv caches were dim-first or not);
+    ValueError where the sweep did not time it."""
+    shape = qwen3_next_default(
+        case["op"], case["batch"], STATE_DTYPES[case["state_dtype"]], conv_dim_first
+    )
     rows = [r for r in case["sweep"] if r["config"] == shape]
     if len(rows) != 1:
         raise ValueError(f"{case['op']} at B = {case['batch']}: the sweep did not time {shape}")

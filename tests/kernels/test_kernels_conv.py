@@ -101,3 +101,21 @@ def test_empty_batch_returns_an_empty_out(kernels):
     case = build_conv_case(0, dim=6)
     out = kernels.conv_update(*case.args(), **case.kwargs)
     assert out.shape == (0, 6)
+
+
+def test_default_launch_shapes_on_a_gpu_follow_the_cache_layout(kernels):
+    """The GPU's launch shape at Qwen3-Next's 8192 channels: with a state-first cache (vLLM's
+    default layout) 512 channels over 8 warps at every batch size; with a dim-first one 128
+    over 4 warps below 64 rows and 256 over 8 from there."""
+    shape = kernels.conv.ConvConfig
+
+    def config(batch: int, dim_first: bool):
+        dims = kernels.validation.ConvDims(batch, 8192, 4, dim_first, True)
+        return kernels.conv.conv_config(dims, interpreted=False)
+
+    for batch in (1, 16, 63, 64, 1024):
+        assert config(batch, dim_first=False) == shape(512, 8)
+    for batch in (1, 16, 63):
+        assert config(batch, dim_first=True) == shape(128, 4)
+    for batch in (64, 1024):
+        assert config(batch, dim_first=True) == shape(256, 8)

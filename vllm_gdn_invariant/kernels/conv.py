@@ -118,16 +118,22 @@ class ConvConfig:
 WIDE_BATCH_CHANNELS = 64 * 8192  # batch rows x channels from which the wide shape is taken
 NARROW = ConvConfig(block_d=128, num_warps=4)
 WIDE = ConvConfig(block_d=256, num_warps=8)
+STATE_FIRST = ConvConfig(block_d=512, num_warps=8)
 
 
 @functools.lru_cache(maxsize=CONFIGS)
 def conv_config(dims: ConvDims, interpreted: bool = INTERPRETED) -> ConvConfig:
-    """128 channels over 4 warps per program; 256 over 8 from WIDE_BATCH_CHANNELS batch rows x
-    channels on (the shapes that timed best against vLLM 0.26.0's conv update on an H100 at
-    Qwen3-Next's 8192 channels, docs/kernels.md, "Launch shapes, timed"). The whole row (up to
-    4096 channels) under the interpreter, which only makes its Python loop shorter."""
+    """With a state-first cache ([blocks, W-1, dim], vLLM's default layout; each tap's channels
+    contiguous) 512 channels over 8 warps per program at every batch size; with a dim-first one
+    128 channels over 4 warps, and 256 over 8 from WIDE_BATCH_CHANNELS batch rows x channels on
+    (the shapes that timed best against vLLM 0.26.0's conv update on an H100 at Qwen3-Next's
+    8192 channels, docs/kernels.md, "Launch shapes, timed" and "The conv in vLLM's default
+    layout"). The whole row (up to 4096 channels) under the interpreter, which only makes its
+    Python loop shorter."""
     if interpreted:
         return ConvConfig(block_d=min(next_power_of_2(dims.dim), 4096), num_warps=4)
+    if not dims.dim_first:
+        return STATE_FIRST
     return WIDE if dims.batch * dims.dim >= WIDE_BATCH_CHANNELS else NARROW
 
 
