@@ -227,12 +227,14 @@ def test_the_latest_run_is_quoted():
     )
 
 
-def test_the_1ee138d_run_is_quoted():
-    report = json.loads((AT_1EE138D_RUN / "bench_decode.json").read_text())
+def assert_stage_kernels_run_quoted(run: Path, commit: str) -> list[dict]:
+    """A clean stage ``kernels`` run at ``commit`` with the whole GPU matrix passed and the API
+    bound met everywhere, quoted in one sentence; returns its cases."""
+    report = json.loads((run / "bench_decode.json").read_text())
     cases = report["cases"]
-    assert report["provenance"]["git_commit"] == "1ee138d" and report["complete"]
+    assert report["provenance"]["git_commit"] == commit and report["complete"]
     assert not report["provenance"]["git_dirty"] and report["summary"]["api_bound_misses"] == []
-    assert "171 passed" in (AT_1EE138D_RUN / "pytest_kernels.log").read_text()
+    assert "171 passed" in (run / "pytest_kernels.log").read_text()
 
     def device(op: str, state: str) -> str:
         return device_span(cases, op, state, 64, fmt=".3f")
@@ -245,25 +247,15 @@ def test_the_1ee138d_run_is_quoted():
         f"{device('decode_step', 'float32')} and {device('decode_step', 'bfloat16')}; wall time "
         f"below B = 64 {lowest:.2f}x vLLM or more." in flat_doc()
     )
+    return cases
+
+
+def test_the_1ee138d_run_is_quoted():
+    assert_stage_kernels_run_quoted(AT_1EE138D_RUN, "1ee138d")
 
 
 def test_the_12a52f9_run_is_quoted():
-    report = json.loads((AT_12A52F9_RUN / "bench_decode.json").read_text())
-    cases = report["cases"]
-    assert report["provenance"]["git_commit"] == "12a52f9" and report["complete"]
-    assert "171 passed" in (AT_12A52F9_RUN / "pytest_kernels.log").read_text()
-
-    def device(op: str, state: str) -> str:
-        return device_span(cases, op, state, 64, fmt=".3f")
-
-    lowest = min(c["speed_vs_vllm_wall"] for c in cases if c["batch"] < 64)
-    assert (
-        f"the API bound is met in all {len(cases)} cases; device time at B >= 64 the recurrent "
-        f"step {device('recurrent', 'float32')} with an fp32 state and "
-        f"{device('recurrent', 'bfloat16')} with bf16, the decode step "
-        f"{device('decode_step', 'float32')} and {device('decode_step', 'bfloat16')}; wall time "
-        f"below B = 64 {lowest:.2f}x vLLM or more." in flat_doc()
-    )
+    cases = assert_stage_kernels_run_quoted(AT_12A52F9_RUN, "12a52f9")
     fp32 = [
         c["speed_vs_vllm_device"]
         for c in cases
@@ -281,6 +273,15 @@ def test_the_12a52f9_run_is_quoted():
     assert len({f"{v:.3f}" for v in now}) == 1
 
 
+def own_throughput_spread(report: dict) -> list[float]:
+    """Each engine's (route, golden) highest decode throughput over its lowest, across rounds."""
+    return [
+        max(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
+        / min(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
+        for arm in ("route", "golden")
+    ]
+
+
 def test_the_1ee138d_engine_run_and_its_profile_are_quoted():
     report = json.loads((AT_1EE138D_RUN / "bench_engine_golden.json").read_text())
     assert report["provenance"]["git_commit"] == "1ee138d"
@@ -290,11 +291,7 @@ def test_the_1ee138d_engine_run_and_its_profile_are_quoted():
     spread = summary["ratio_spread"]["golden"]["decode_throughput_vs_route"]
     rounds = summary["round_ratios"]["golden"]["decode_throughput_vs_route"]
     ratio = summary["ratios"]["golden"]["decode_throughput_vs_route"]
-    own = [
-        max(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
-        / min(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
-        for arm in ("route", "golden")
-    ]
+    own = own_throughput_spread(report)
     profile = report["profile"]
     assert profile["workload"] == "decode"
     route, golden = (profile["arms"][arm] for arm in ("route", "golden"))
@@ -338,11 +335,7 @@ def test_the_12a52f9_engine_runs_are_quoted_as_inconclusive():
         spread = summary["ratio_spread"]["golden"]["decode_throughput_vs_route"]
         rounds = summary["round_ratios"]["golden"]["decode_throughput_vs_route"]
         ratio = summary["ratios"]["golden"]["decode_throughput_vs_route"]
-        own = [
-            max(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
-            / min(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
-            for arm in ("route", "golden")
-        ]
+        own = own_throughput_spread(report)
         quoted.append((ratio, spread, rounds, own))
     (r1, s1, rounds1, own1), (r2, s2, rounds2, own2) = quoted
     assert (
