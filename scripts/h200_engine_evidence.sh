@@ -20,6 +20,9 @@
 #                 9 rounds, each engine on its own share of the CPUs, then one profiled decode
 #                 run per arm (device time by kernel category; alone on the GPU;
 #                 copy $OUT/bench_engine_golden.json to docs/evidence/)
+#   golden-profile mode golden against mode route by device time: one short timed round, then
+#                 3 profiled decode runs per arm, arms alternating (each round's device-time
+#                 ratio and their spread, which the host's noise does not move)
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
 #                 GPU; copy $OUT/bench_decode.json to docs/evidence/); needs no stage.sh
@@ -98,6 +101,11 @@ case $stage in
       --workloads decode,itl --decode-new-tokens 1536 --rounds 9 --start-timeout 300 \
       --pin-cpus --profile decode --out "$out/bench_engine_golden.json"
     ;;
+  golden-profile)
+    job bench_engine_golden_profile python scripts/bench_engine.py --arms route,golden \
+      --workloads decode --decode-new-tokens 256 --rounds 1 --start-timeout 300 --pin-cpus \
+      --profile decode --profile-rounds 3 --out "$out/bench_engine_golden_profile.json"
+    ;;
   kernels)
     now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \
       tests/gpu/test_kernels_bitwise.py tests/gpu/test_kernels_launch.py
@@ -168,7 +176,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, kernel-sweep, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, kernel-sweep, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac

@@ -319,6 +319,45 @@ def kernel_claims() -> list[str]:
     )
     assert len(latest["summary"]["api_bound_misses"]) == 1
     newest = load(EVIDENCE / "h200_engine" / "12a52f9" / "bench_decode.json")
+    fp32_layout = load(EVIDENCE / "h200_engine" / "1ee138d" / "bench_decode.json")
+    profiled = load(EVIDENCE / "h200_engine" / "1ee138d" / "bench_engine_golden.json")
+    conv_layout = load(EVIDENCE / "h200_engine" / "b6f5081" / "bench_decode.json")
+    assert conv_layout["settings"]["conv_layout"] == "state-first"
+    conv_sweep = load(EVIDENCE / "h200_engine" / "b5e4def" / "bench_decode_conv_state_first.json")
+
+    def fp32_from_256(report: dict) -> list[float]:
+        return [
+            c["speed_vs_vllm_device"]
+            for c in report["cases"]
+            if (c["op"], c["state_dtype"]) == ("recurrent", "float32") and c["batch"] >= 256
+        ]
+
+    def conv_device(report: dict) -> list[float]:
+        return [
+            c["speed_vs_vllm_device"]
+            for c in report["cases"]
+            if (c["op"], c["state_dtype"]) == ("conv", "bfloat16")
+        ]
+
+    def swept(arm_row, low: int = 1) -> list[float]:
+        return [
+            c["us"]["vllm"] / arm_row(c)["us"]
+            for c in conv_sweep["cases"]
+            if (c["op"], c["state_dtype"]) == ("conv", "bfloat16") and c["batch"] >= low
+        ]
+
+    def shape_row(block_d: int, num_warps: int):
+        return lambda c: next(
+            r for r in c["sweep"] if (r["config"]["block_d"], r["config"]["num_warps"]) == (
+                block_d, num_warps)
+        )  # fmt: skip
+
+    def then_row(c: dict) -> dict:
+        return next(r for r in c["sweep"] if r["default"])
+
+    (conv_miss,) = conv_layout["summary"]["api_bound_misses"]
+    profile = profiled["profile"]["arms"]
+    gdn_decode = [profile[arm]["categories_us"]["gdn_decode"] for arm in ("route", "golden")]
     no_copy_rounds = [
         ratio
         for name in ("bench_engine_golden.json", "bench_engine_golden_2.json")
@@ -343,7 +382,19 @@ def kernel_claims() -> list[str]:
         f"{latest['provenance']['git_commit'][:7]}, on an H100, where 6aa67cf's host path missed "
         f"it {len(same_machine['summary']['api_bound_misses'])} times in the same call",
         f"and met in all {len(newest['cases']) - len(newest['summary']['api_bound_misses'])} at "
-        f"commit {newest['provenance']['git_commit'][:7]} (H100,",
+        f"commits {newest['provenance']['git_commit'][:7]} and "
+        f"{fp32_layout['provenance']['git_commit'][:7]} (H100,",
+        f"recurrent step {min(fp32_from_256(fp32_layout)):.3f}× vLLM there against "
+        f"{span(fp32_from_256(newest), '.3f')}× before",
+        f"with a bfloat16 cache {span(conv_device(conv_layout), '.2f')}× vLLM in device time at "
+        f"every B ({span(swept(shape_row(512, 8)), '.2f')}× in a sweep with L2 flushed), where the "
+        f"shapes tuned on the dim-first layout ran it at {span(swept(then_row, 32), '.2f')}× from "
+        f"B = 32",
+        f"missed once of {len(conv_layout['cases'])} (the conv with a float32 cache at B = "
+        f"{conv_miss['batch']}, {conv_miss['ratio']:.2f}×",
+        f"put the GPU's kernel time under mode golden at "
+        f"{profile['golden']['device_us'] / profile['route']['device_us']:.3f}× mode route's",
+        f"recurrent step with a bfloat16 state at {gdn_decode[0] / gdn_decode[1]:.3f}× vLLM's",
         f"its decode throughput was "
         f"{engine['ratios']['golden']['decode_throughput_vs_route']:.3f}× by the medians of "
         f"{len(rounds)} rounds whose own ratios ran {span(rounds, '.2f')}×",

@@ -30,10 +30,14 @@ distribution-free 95 % interval for it (``median_interval``). ``--pin-cpus`` run
 engine's processes on a disjoint share of the CPUs (``pinned_cpus`` in the provenance's engine
 spec).
 
-With ``--profile``, after the rounds each arm runs ``throughput`` once more under vLLM's torch
-profiler, and the report gives its device time by kernel category (``e2e/kernel_profile.py``)
-and, for ``route`` and ``bi``, the extra time per category against ``vllm``: where the time
-goes. The profiler is configured at engine start and runs only for that last workload.
+With ``--profile`` (``throughput``, or ``decode``: the decode prompts with
+``PROFILE_DECODE_NEW_TOKENS`` new tokens), after the rounds each arm runs that workload once
+more under vLLM's torch profiler, and the report gives its device time by kernel category
+(``e2e/kernel_profile.py``) and, for every other arm, the extra time per category against
+``vllm`` (or ``route`` where vLLM alone did not run): where the time goes. The profiler is
+configured at engine start and runs only for those profiled runs. ``--profile-rounds N`` runs
+N of them per arm, arms alternating, and gives each arm's device time over the base arm's
+round by round with its spread: a ratio the host's noise does not move.
 
 The model has Qwen3-Next's GDN dimensions per layer (16 key heads, 32 value heads, 128-dim
 heads, 4-wide conv) with fewer layers and experts (``BENCH_QWEN3_NEXT``), and dummy weights: the
@@ -154,6 +158,7 @@ def serve(spec: dict[str, Any]) -> None:
         seconds = time.perf_counter() - t0
         return seconds, sum(len(o.outputs[0].token_ids) for o in outputs)
 
+    profiled: set[Path] = set()
     timed(long_prompts, new_tokens)  # warm-up: every shape the timed workloads reach
     timed(short_prompts, itl_tokens + 1)
     if "decode" in spec.get("workloads", DEFAULT_WORKLOADS):
@@ -181,7 +186,9 @@ def serve(spec: dict[str, Any]) -> None:
             llm.start_profile()
             seconds, _ = timed(prompts, tokens)
             llm.stop_profile()
-            say(op, {"seconds": seconds, **kernel_time_summary(trace_files(profile_dir))})
+            traces = [p for p in trace_files(profile_dir) if p not in profiled]
+            profiled.update(traces)  # a later profile reads its own traces only
+            say(op, {"seconds": seconds, **kernel_time_summary(traces)})
         elif op == "itl":
             first, _ = timed(short_prompts, 1)
             full, _ = timed(short_prompts, itl_tokens + 1)
@@ -525,25 +532,48 @@ def rounds_digest(rounds: list[dict[str, Any]]) -> str:
 
 
 def profile(
-    engines: dict[str, Engine], ready: list[str], timeout: float, workload: str = "throughput"
+    engines: dict[str, Engine],
+    ready: list[str],
+    timeout: float,
+    workload: str = "throughput",
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """One profiled run of ``workload`` per arm, and each other arm's extra device time against
-    vLLM's (``vs_vllm``), or against mode route's where vLLM alone did not run (``vs_route``)."""
+    """``rounds`` profiled runs of ``workload`` per arm, arms alternating as in the timed rounds:
+    the first round's summaries (``arms``), and each other arm's extra device time in it against
+    vLLM's (``vs_vllm``), or against mode route's where vLLM alone did not run (``vs_route``).
+    With more than one round, also each arm's device time per round (``device_us_rounds``) and,
+    per other arm, its device time over the base arm's per round with their spread
+    (``device_time_ratio_rounds``, ``device_time_ratio_spread``: ``ratio_spread``)."""
     result: dict[str, Any] = {"workload": workload, "arms": {}}
-    for arm in ready:
-        result["arms"][arm] = engines[arm].ask("profile", 3 * timeout)
-        summary = result["arms"][arm]
-        print(
-            f"profile {arm}: {summary['device_us'] / 1e3:.1f} ms on the device, "
-            + ", ".join(f"{k} {v:.0%}" for k, v in summary["categories_share"].items()),
-            flush=True,
-        )
+    per_round: list[dict[str, Any]] = []
+    for r in range(rounds):
+        order = ready[r % len(ready) :] + ready[: r % len(ready)]
+        done = {arm: engines[arm].ask("profile", 3 * timeout) for arm in order}
+        per_round.append(done)
+        for arm in order:
+            summary = done[arm]
+            print(
+                f"profile {arm} ({r + 1}/{rounds}): {summary['device_us'] / 1e3:.1f} ms on the "
+                "device, "
+                + ", ".join(f"{k} {v:.0%}" for k, v in summary["categories_share"].items()),
+                flush=True,
+            )
+    result["arms"] = {arm: per_round[0][arm] for arm in ready}
     base_arm = next((arm for arm in ("vllm", "route") if arm in result["arms"]), None)
     base = result["arms"].get(base_arm)
     if base and base["device_us"]:
         result[f"vs_{base_arm}"] = {
             arm: compare_to(base, result["arms"][arm]) for arm in ready if arm != base_arm
         }
+    if rounds > 1:
+        result["device_us_rounds"] = {
+            arm: [d[arm]["device_us"] for d in per_round] for arm in ready
+        }
+        if f"vs_{base_arm}" in result and all(d[base_arm]["device_us"] for d in per_round):
+            for arm, compared in result[f"vs_{base_arm}"].items():
+                ratios = [d[arm]["device_us"] / d[base_arm]["device_us"] for d in per_round]
+                compared["device_time_ratio_rounds"] = ratios
+                compared["device_time_ratio_spread"] = ratio_spread(ratios)
     return result
 
 
@@ -600,6 +630,13 @@ def build_parser() -> argparse.ArgumentParser:
         "by kernel category (not part of the timed rounds)",
     )
     parser.add_argument(
+        "--profile-rounds",
+        type=int,
+        default=1,
+        help="profiled runs per arm, arms alternating (default 1); from 2, the device-time "
+        "ratios per round and their spread",
+    )
+    parser.add_argument(
         "--resummarize",
         type=Path,
         metavar="FILE",
@@ -644,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
             f"--profile {args.profile} profiles the {args.profile} workload (its prompts are "
             "warmed up with the timed ones): add it to --workloads"
         )
+    if args.profile_rounds < 1 or (args.profile_rounds > 1 and not args.profile):
+        parser.error("--profile-rounds takes 1 or more, and more than 1 only with --profile")
     model = TINY_QWEN3_NEXT if args.tiny else BENCH_QWEN3_NEXT
     name = "tiny Qwen3-Next" if args.tiny else "bench model"
     try:
@@ -723,7 +762,9 @@ def main(argv: list[str] | None = None) -> int:
             write()
             print(f"round {r + 1}: " + json.dumps(report["summary"]["ratios"]), flush=True)
         if args.profile and ready:
-            report["profile"] = profile(engines, ready, args.op_timeout, args.profile)
+            report["profile"] = profile(
+                engines, ready, args.op_timeout, args.profile, args.profile_rounds
+            )
             write()
     finally:
         for engine in engines.values():

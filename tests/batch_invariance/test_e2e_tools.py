@@ -431,6 +431,8 @@ def test_each_arm_runs_with_its_mode_and_batch_invariance(tmp_path):
         (["--workloads", "itl", "--profile", "decode"], "--profile decode profiles the decode"),
         (["--workloads", "decode", "--profile", "prefill"], "--profile: invalid choice"),
         (["--arms", "route,gold"], "--arms: gold; valid: vllm, route, bi, golden"),
+        (["--profile-rounds", "3"], "more than 1 only with --profile"),
+        (["--workloads", "decode", "--profile", "decode", "--profile-rounds", "0"], "1 or more"),
     ],
 )
 def test_the_benchmark_refuses_bad_workloads_and_arms_before_writing(tmp_path, capsys, argv, words):
@@ -497,18 +499,31 @@ def test_a_pinned_engine_process_runs_on_its_cpus_only():
 
 
 class ProfiledEngine:
-    def __init__(self, categories_us: dict[str, float]) -> None:
-        total = sum(categories_us.values())
-        self.summary = {
-            "device_us": total,
-            "categories_us": categories_us,
-            "categories_share": {k: v / total for k, v in categories_us.items()},
-        }
+    """An engine whose n-th profile has ``categories_us`` with each value times ``scales[n]``;
+    ``log`` records (arm, op) across engines in the order asked."""
+
+    def __init__(
+        self,
+        categories_us: dict[str, float],
+        scales: tuple[float, ...] = (1.0,),
+        name: str = "",
+        log: list | None = None,
+    ) -> None:
+        self.categories_us, self.scales, self.name = categories_us, scales, name
+        self.log = [] if log is None else log
         self.asked: list[str] = []
 
     def ask(self, op: str, timeout: float) -> dict:
+        scale = self.scales[len(self.asked) % len(self.scales)]
         self.asked.append(op)
-        return self.summary
+        self.log.append((self.name, op))
+        categories = {k: v * scale for k, v in self.categories_us.items()}
+        total = sum(categories.values())
+        return {
+            "device_us": total,
+            "categories_us": categories,
+            "categories_share": {k: v / total for k, v in categories.items()},
+        }
 
 
 def test_a_profile_without_vllm_alone_compares_every_arm_with_mode_route():
@@ -536,3 +551,35 @@ def test_a_profile_with_vllm_alone_compares_the_plugin_arms_with_it():
         "route": 1.0,
         "golden": 4.0,
     }
+
+
+def test_profile_rounds_alternate_the_arms_and_give_each_rounds_device_time_ratio():
+    """Three rounds: route first, then golden first, then route first; each round's own ratio
+    (golden's device time over route's in that round), not a ratio across rounds, and the
+    first round's summaries as ``arms``."""
+    log: list = []
+    engines = {
+        "route": ProfiledEngine({"gdn_decode": 100.0}, (1.0, 2.0, 1.0), "route", log),
+        "golden": ProfiledEngine({"gdn_decode": 101.0}, (1.0, 2.0, 1.1), "golden", log),
+    }
+    result = bench.profile(engines, ["route", "golden"], 1.0, "decode", rounds=3)
+    assert [arm for arm, _ in log] == ["route", "golden", "golden", "route", "route", "golden"]
+    assert result["device_us_rounds"] == {
+        "route": [100.0, 200.0, 100.0],
+        "golden": [101.0, 202.0, pytest.approx(111.1)],
+    }
+    golden = result["vs_route"]["golden"]
+    assert golden["device_time_ratio_rounds"] == pytest.approx([1.01, 1.01, 1.111])
+    assert golden["device_time_ratio_spread"]["median"] == pytest.approx(1.01)
+    assert golden["device_time_ratio"] == 1.01 and golden["device_us_extra"] == 1.0
+    assert result["arms"]["route"]["device_us"] == 100.0
+
+
+def test_one_profile_round_records_no_per_round_fields():
+    engines = {
+        "route": ProfiledEngine({"gdn_decode": 100.0}),
+        "golden": ProfiledEngine({"gdn_decode": 104.0}),
+    }
+    result = bench.profile(engines, ["route", "golden"], 1.0, "decode")
+    assert "device_us_rounds" not in result
+    assert "device_time_ratio_rounds" not in result["vs_route"]["golden"]
