@@ -186,7 +186,7 @@ def serve(spec: dict[str, Any]) -> None:
             llm.start_profile()
             seconds, _ = timed(prompts, tokens)
             llm.stop_profile()
-            traces = [p for p in trace_files(profile_dir) if p not in profiled]
+            traces = trace_files(profile_dir, earlier=frozenset(profiled))
             profiled.update(traces)  # a later profile reads its own traces only
             say(op, {"seconds": seconds, **kernel_time_summary(traces)})
         elif op == "itl":
@@ -197,12 +197,15 @@ def serve(spec: dict[str, Any]) -> None:
             say("FAILED", {"error": f"unknown op {op!r}"})
 
 
-def trace_files(folder: Path, settle: float = 60.0) -> list[Path]:
-    """The traces under ``folder`` once their sizes stop changing (at most ``settle`` s)."""
+def trace_files(folder: Path, settle: float = 60.0, earlier: frozenset = frozenset()) -> list[Path]:
+    """The traces under ``folder`` but ``earlier``'s, once there are some and their sizes stop
+    changing (at most ``settle`` s)."""
     deadline = time.monotonic() + settle
     sizes: dict[Path, int] = {}
     while True:
-        now = {p: p.stat().st_size for p in folder.rglob("*.json*") if p.is_file()}
+        now = {
+            p: p.stat().st_size for p in folder.rglob("*.json*") if p.is_file() and p not in earlier
+        }
         if (now and now == sizes) or time.monotonic() > deadline:
             return sorted(now)
         sizes = now

@@ -583,3 +583,13 @@ def test_one_profile_round_records_no_per_round_fields():
     result = bench.profile(engines, ["route", "golden"], 1.0, "decode")
     assert "device_us_rounds" not in result
     assert "device_time_ratio_rounds" not in result["vs_route"]["golden"]
+
+
+def test_a_later_profile_reads_only_the_traces_written_since_the_earlier_ones(tmp_path):
+    old = tmp_path / "rank0.1.pt.trace.json"
+    old.write_text("{}")
+    assert bench.trace_files(tmp_path, settle=0.0) == [old]
+    assert bench.trace_files(tmp_path, settle=0.0, earlier=frozenset({old})) == []
+    new = tmp_path / "rank0.2.pt.trace.json"
+    new.write_text("{}")
+    assert bench.trace_files(tmp_path, settle=5.0, earlier=frozenset({old})) == [new]
