@@ -1,4 +1,5 @@
-"""Where a piece of evidence came from: commit, versions, device, numeric environment knobs."""
+"""Where a piece of evidence came from: commit, versions, device, the environment knobs that
+change numerics or the kernels vLLM runs."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-NUMERIC_KNOBS = (
+ENV_KNOBS = (
     "FLA_USE_FAST_OPS",
     "TRITON_DEFAULT_FP_FUSION",
     "VLLM_BATCH_INVARIANT",
     "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE",
     "VLLM_GDN_DECODE_KERNEL",
+    "VLLM_SSM_CONV_STATE_LAYOUT",  # which conv-cache layout vLLM's engine ran (unset: SD)
 )
 
 
@@ -99,7 +101,7 @@ def provenance(**extra: object) -> dict:
         "platform": platform.platform(),
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "capability": list(torch.cuda.get_device_capability()) if cuda else None,
-        "env": {k: os.environ.get(k) for k in NUMERIC_KNOBS},
+        "env": {k: os.environ.get(k) for k in ENV_KNOBS},
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "argv": list(sys.argv),
         **extra,

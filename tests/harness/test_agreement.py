@@ -161,6 +161,7 @@ def test_report_is_strict_json_with_provenance():
         "VLLM_BATCH_INVARIANT",
         "VLLM_ENABLE_FLA_PACKED_RECURRENT_DECODE",
         "VLLM_GDN_DECODE_KERNEL",
+        "VLLM_SSM_CONV_STATE_LAYOUT",
     }
 
 
