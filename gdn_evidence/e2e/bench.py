@@ -534,6 +534,13 @@ def rounds_digest(rounds: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(rounds, sort_keys=True).encode()).hexdigest()
 
 
+def round_order(arms: list[str], r: int) -> list[str]:
+    """The arms in round ``r``'s order: each round starts one arm later than the one before."""
+    if not arms:
+        return []
+    return arms[r % len(arms) :] + arms[: r % len(arms)]
+
+
 def profile(
     engines: dict[str, Engine],
     ready: list[str],
@@ -547,10 +554,10 @@ def profile(
     With more than one round, also each arm's device time per round (``device_us_rounds``) and,
     per other arm, its device time over the base arm's per round with their spread
     (``device_time_ratio_rounds``, ``device_time_ratio_spread``: ``ratio_spread``)."""
-    result: dict[str, Any] = {"workload": workload, "arms": {}}
+    result: dict[str, Any] = {"workload": workload}
     per_round: list[dict[str, Any]] = []
     for r in range(rounds):
-        order = ready[r % len(ready) :] + ready[: r % len(ready)]
+        order = round_order(ready, r)
         done = {arm: engines[arm].ask("profile", 3 * timeout) for arm in order}
         per_round.append(done)
         for arm in order:
@@ -756,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         write()
         ready = [a for a in arms if report["engines"][a]["status"] == "READY"]
         for r in range(args.rounds):
-            order = ready[r % len(ready) :] + ready[: r % len(ready)] if ready else []
+            order = round_order(ready, r)
             done: dict[str, Any] = {"order": order}
             for arm in order:
                 done[arm] = {op: engines[arm].ask(op, args.op_timeout) for op in workloads}
