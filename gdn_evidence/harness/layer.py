@@ -11,9 +11,11 @@ scheduler orders them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
+import shutil
 import tempfile
 import types
 from collections.abc import Sequence
@@ -95,6 +97,7 @@ def make_vllm_config(
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 
     folder = Path(tempfile.mkdtemp(prefix="gdn_harness_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     max_len = 32768
     config = {
         **TINY_QWEN3_NEXT,

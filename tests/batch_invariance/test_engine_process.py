@@ -44,7 +44,9 @@ def test_each_engines_outcome_reaches_the_orchestrator(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
 
     def start(kind: str):
-        return start_engine_process("stand_in_engine", {"kind": kind}, env, prefix="gdn_test_")
+        return start_engine_process(
+            "stand_in_engine", {"kind": kind}, env, prefix=str(tmp_path / "engine_")
+        )
 
     outcomes, logs = {}, {}
 
