@@ -58,10 +58,12 @@ VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not b
 ``--replay-step`` times, beside each decode step, the response-replay kernel with one token per row
 (``kernels.replay.replay_tokens``: the conv and the recurrent step in one kernel, the conv state
 written by a second) against vLLM's decode step and ours, with its bits compared with ours.
-``--registers`` and ``--prefetch`` time those sets of VARIANTS the same way: ptxas's register cap
-(``maxnreg``), and ``harness/prefetch_kernel.py`` (the state two blocks ahead in flight), each also
-at a one-warp shape; ``same_bits`` says whether each variant's output and state were bitwise ours
-after one call. ``--what-if`` also times, beside each recurrent case with a bf16 state,
+``--registers``, ``--prefetch`` and ``--pipelined`` time those sets of VARIANTS the same way:
+ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py`` (the state two blocks ahead in
+flight) and ``harness/pipelined_kernel.py`` (the loop over blocks software-pipelined by Triton, the
+next blocks' state copied into shared memory asynchronously, at 2 to 4 stages), each also at
+other shapes, with ours there; ``same_bits`` says whether each variant's output and state were
+bitwise ours after one call. ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs; no
 golden has its bits) at the default launch shape's block of value rows and warps, one block per
 program (it takes no blocks in turn): ``what_if`` holds its medians and vLLM's time over each. Not
@@ -97,6 +99,7 @@ import torch
 from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
+from gdn_evidence.harness.pipelined_kernel import PIPELINED, pipelined_kernel
 from gdn_evidence.harness.prefetch_kernel import prefetch_two_kernel
 from gdn_evidence.harness.profiling import kernel_time
 from gdn_evidence.harness.provenance import provenance
@@ -604,6 +607,17 @@ VARIANTS = {
         "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
         "prefetch_two_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, prefetch_two_kernel),
     },
+    # The loop over blocks software-pipelined by Triton (harness/pipelined_kernel.py: the next
+    # blocks' state in flight as asynchronous copies into shared memory), with ours at the
+    # variants' other shapes.
+    "pipelined": {
+        "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
+        "w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, {}, None),
+        **{
+            name: (fields, {"STAGES": stages}, pipelined_kernel)
+            for name, (fields, stages) in PIPELINED.items()
+        },
+    },
 }
 
 
@@ -804,8 +818,8 @@ def results_table(report: dict) -> str:
 
 def variants_table(report: dict, key: str) -> str:
     """The Markdown table of a variants run (``--contracted``, ``--registers``, ``--prefetch``,
-    ``--replay-step``): per case vLLM's device time (profiler) and vLLM's device time over ours
-    and over each variant's ("-" where not timed)."""
+    ``--pipelined``, ``--replay-step``): per case vLLM's device time (profiler) and vLLM's device
+    time over ours and over each variant's ("-" where not timed)."""
     cases = [c for c in report["cases"] if key in c]
     arms = list(dict.fromkeys(arm for c in cases for arm in c[key]["speed_vs_vllm_device"]))
 

@@ -9,6 +9,9 @@
 counts mean: ``gdn_evidence/harness/sass_mix.py``. Prints the table of docs/kernels.md.
 ``--candidates`` counts instead the recurrent kernel at its default launch shape and at every
 shape ``bench_decode.py --sweep`` times (B = 64, no vLLM arm), fewest instructions first.
+``--pipelined`` counts the software-pipelined variants ``bench_decode.py --pipelined`` times
+(``gdn_evidence/harness/pipelined_kernel.py``) beside ours (B = 128, no vLLM arm): registers,
+shared memory and asynchronous copies (``harness/sass_mix.py``'s ``pipelined_counts``).
 """
 
 import argparse
@@ -24,6 +27,8 @@ from gdn_evidence.harness.sass_mix import (
     candidate_table,
     cases,
     installed_vllm_source,
+    pipelined_counts,
+    pipelined_table,
     table,
 )
 
@@ -38,15 +43,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--candidates", action="store_true", help="count the launch shapes the sweep times"
     )
+    parser.add_argument(
+        "--pipelined", action="store_true", help="count the pipelined variants the bench times"
+    )
     args = parser.parse_args(argv)
-    if args.candidates:
-        results = candidate_counts(capability=args.capability)
+    if args.candidates or args.pipelined:
+        count, show = (
+            (pipelined_counts, pipelined_table)
+            if args.pipelined
+            else (candidate_counts, candidate_table)
+        )
+        results = count(capability=args.capability)
         record = {
             "provenance": provenance(capability=args.capability, static=True),
             "cases": results,
         }
         args.out.write_text(json.dumps(record, indent=1) + "\n")
-        print(candidate_table(results))
+        print(show(results))
         return 0
     source = args.vllm_source or installed_vllm_source()
     if not source.is_file():

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import dataclasses
 import functools
 import importlib.util
 import re
@@ -42,7 +43,7 @@ import triton
 from vllm_gdn_invariant.kernels import codegen, recurrent
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
-from . import launch_shapes, what_if_kernel
+from . import launch_shapes, pipelined_kernel, what_if_kernel
 
 VLLM_KERNEL = "fused_recurrent_gated_delta_rule_packed_decode_kernel"
 VLLM_LAUNCHER = "fused_recurrent_gated_delta_rule_packed_decode"
@@ -372,5 +373,96 @@ def table(results: list[dict]) -> str:
             f"| {r['per_element']['fp32_arithmetic']:.2f} | {r['per_element']['shuffles']:.2f} "
             f"| {r['registers']}{' (spills)' if r['spills'] else ''} "
             f"| {r['resident_warps_per_sm']} |"
+        )
+    return "\n".join(lines)
+
+
+def pipelined_counts(batch: int = 128, capability: int = 90) -> list[dict]:
+    """Static counts of ``pipelined_kernel``'s variants (``pipelined_kernel.PIPELINED``) beside
+    ours at the default shape and at each variant's shape, both state dtypes, at ``batch``:
+    registers, shared memory per program (Triton's total, the pipeline's buffers included), the
+    kernel's asynchronous copies (``LDGSTS``) and global loads (``LDG``) as written (a loop's body
+    once), its instructions as written, and the warps per SM its registers allow. A control arm,
+    ``launch_num_stages_4``, is the kernel with one stage compiled with the launch's
+    ``num_stages=4``: Triton pipelines a loop without dots only where the loop asks."""
+    dims = dims_for(batch)
+    results = []
+    for state_dtype in (torch.float32, torch.bfloat16):
+        default = recurrent.recurrent_config(dims, state_dtype, interpreted=False)
+        arms = [("ours", default, None, None)]
+        for name, (fields, stages) in pipelined_kernel.PIPELINED.items():
+            config = dataclasses.replace(default, **(fields or {}))
+            if config.chunks < 2:
+                continue  # one block per program: no loop to pipeline
+            if ("ours", config, None, None) not in arms:
+                arms.append(("ours", config, None, None))
+            arms.append((name, config, stages, None))
+        control = dataclasses.replace(default, **pipelined_kernel.ONE_WARP_8_ROWS, chunks=16)
+        arms.append(("launch_num_stages_4", control, 1, 4))
+        for name, config, stages, num_stages in arms:
+            if stages is None:
+                compiled = codegen.compile_recurrent(
+                    dims, state_dtype=state_dtype, capability=capability, config=config
+                )
+            else:
+                compiled = pipelined_kernel.compile_pipelined(
+                    HEADS,
+                    config,
+                    state_dtype,
+                    stages,
+                    batch=batch,
+                    capability=capability,
+                    num_stages=num_stages,
+                )
+            kernel_name = "recurrent_step_kernel" if stages is None else "pipelined_kernel"
+            sass = codegen.sass_of(compiled.asm["cubin"])
+            opcodes = collections.Counter(
+                op.split(".")[0] for op, _ in codegen.sass_functions(sass)[kernel_name]
+            )
+            usage = codegen.resource_usage(compiled)
+            warps = resident_warps(usage.registers, config.num_warps)
+            results.append(
+                {
+                    "arm": name,
+                    "state": state_name(state_dtype),
+                    "batch": batch,
+                    "config": config.__dict__,
+                    "default": config == default,
+                    "stages": stages,
+                    "launch_num_stages": num_stages,
+                    "registers": usage.registers,
+                    "spills": usage.spills,
+                    "shared_bytes": compiled.metadata.shared,
+                    "async_copies": opcodes["LDGSTS"],
+                    "global_loads": opcodes["LDG"],
+                    "instructions": sum(opcodes.values()),
+                    "resident_warps_per_sm": warps,
+                    "shared_kib_per_sm": round(
+                        warps // config.num_warps * compiled.metadata.shared / 1024, 1
+                    ),
+                }
+            )
+    return results
+
+
+def pipelined_table(results: list[dict]) -> str:
+    """A Markdown table of ``pipelined_counts``."""
+    lines = [
+        "| state | arm | BV x warps x blocks | stages | registers | warps / SM | shared / program "
+        "(bytes) | LDGSTS | LDG | instructions |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        c = r["config"]
+        default_arm = r["stages"] is None
+        stages = "-" if default_arm else str(r["stages"])
+        if r["launch_num_stages"] is not None:
+            stages += f" (launch {r['launch_num_stages']})"
+        lines.append(
+            f"| {r['state']} | {r['arm']}{' (default)' if r['default'] and default_arm else ''} "
+            f"| {c['block_v']} x {c['num_warps']} x {c['chunks']} | {stages} "
+            f"| {r['registers']}{' (spills)' if r['spills'] else ''} "
+            f"| {r['resident_warps_per_sm']} | {r['shared_bytes']} | {r['async_copies']} "
+            f"| {r['global_loads']} | {r['instructions']} |"
         )
     return "\n".join(lines)
