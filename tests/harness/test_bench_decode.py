@@ -107,6 +107,22 @@ def test_prefetch_kernel_runs_where_it_takes_whole_blocks_with_ours_bits(tmp_pat
         assert prefetch["same_bits"] == {"w1c16": True, "prefetch_two_w1c16": True}
 
 
+def test_pipelined_variants_run_where_they_take_whole_blocks_with_ours_bits(tmp_path, bench):
+    target = tmp_path / "pipelined.json"
+    result = run("--smoke", "--ops", "recurrent", "--pipelined", "--out", str(target))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(target.read_text())
+    for case in report["cases"]:
+        timed = case["pipelined"]
+        # smoke heads (V = 16): the one-warp shapes take two blocks of 8 rows; the default and
+        # 32-row shapes take one, where there is no loop to pipeline
+        pipelined = {"pipelined_s2_w1c16", "pipelined_s3_w1c16", "pipelined_s4_w1c16"}
+        assert set(timed["configs"]) == {"w1c16", "w4c4", *pipelined}
+        assert timed["same_bits"] == dict.fromkeys(timed["configs"], True)
+        assert set(timed["speed_vs_vllm_device"]) == {"ours", *timed["configs"]}
+    assert "vLLM/pipelined_s3_w1c16" in bench.variants_table(report, "pipelined")
+
+
 def test_replay_step_runs_one_token_per_row_with_the_decode_steps_bits(tmp_path, bench):
     target = tmp_path / "replay_step.json"
     result = run("--smoke", "--ops", "decode_step", "--replay-step", "--out", str(target))
