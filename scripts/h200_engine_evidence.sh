@@ -32,6 +32,10 @@
 #                 largest first (alone on the GPU; the JSON is rewritten after every case;
 #                 python scripts/bench_decode.py --sweep-table $OUT/bench_decode_sweep.json);
 #                 one call: source scripts/h200_layer_env.sh instead of enter.sh, no stage.sh
+#   pipelined     the recurrent kernel's loop software-pipelined (bench_decode.py --pipelined:
+#                 the variants of gdn_evidence/harness/pipelined_kernel.py against vLLM and ours,
+#                 alternating, with their bits compared with ours) from B = 1024 down to 8
+#                 (alone on the GPU); one call: source scripts/h200_layer_env.sh, no stage.sh
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
@@ -118,6 +122,11 @@ case $stage in
     now bench_decode_sweep "${SWEEP_LIMIT:-370}" python scripts/bench_decode.py --quick \
       --ops recurrent,conv --sweep recurrent,conv --sweep-from 1 \
       --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_sweep.json"
+    ;;
+  pipelined)
+    now bench_decode_pipelined "$limit" python scripts/bench_decode.py --quick --rounds 1 \
+      --ops recurrent --pipelined --batch-sizes 1024,512,256,128,64,32,16,8 \
+      --out "$out/bench_decode_pipelined.json"
     ;;
   shadow)
     for arm in route off golden; do
