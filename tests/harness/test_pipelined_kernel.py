@@ -5,9 +5,6 @@ only where its loop asks for stages, and the static counts docs/kernels.md quote
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -17,6 +14,7 @@ from gdn_evidence.harness.sass_mix import HEADS, dims_for, pipelined_table
 from vllm_gdn_invariant.kernels import codegen, recurrent
 
 from ..doc_blocks import marked_block
+from .helpers import run_interpreted
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOC = REPO_ROOT / "docs" / "kernels.md"
@@ -62,13 +60,7 @@ print(json.dumps(results))
 
 
 def test_the_pipelined_kernel_writes_the_goldens_bits():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", CHECK], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    cases = json.loads(result.stdout.strip().splitlines()[-1])
+    cases = run_interpreted(CHECK)
     assert len(cases) == 6
     for name, case in cases.items():
         assert case["out_bits_differ"] == 0, name

@@ -3,13 +3,8 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from .helpers import run_interpreted
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # Measured (commit of this test, K = V = 16, 3 rows): largest |state - golden| 7.5e-9 without
 # FMAs and 6.0e-8 with them (fp32 state), 0 in out and in bf16 state, out up to 0.06.
 STATE_REGRESSION_BOUND = 1e-6
@@ -50,13 +45,7 @@ print(json.dumps(results))
 
 
 def test_the_what_if_kernel_is_the_step_in_another_order():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", CHECK], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    cases = json.loads(result.stdout.strip().splitlines()[-1])
+    cases = run_interpreted(CHECK)
     assert len(cases) == 4
     for name, case in cases.items():
         assert case["state"] <= STATE_REGRESSION_BOUND, name
