@@ -612,6 +612,7 @@ VARIANTS = {
     # variants' other shapes.
     "pipelined": {
         "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
+        "w2c4": ({"block_v": 32, "num_warps": 2, "chunks": 4}, {}, None),
         "w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, {}, None),
         **{
             name: (fields, {"STAGES": stages}, pipelined_kernel)

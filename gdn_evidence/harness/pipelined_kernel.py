@@ -128,6 +128,8 @@ PIPELINED = {
     "pipelined_s2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, 2),
     "pipelined_s3_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, 3),
     "pipelined_s4_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, 4),
+    "pipelined_s2_w2c4": ({"block_v": 32, "num_warps": 2, "chunks": 4}, 2),
+    "pipelined_s2_w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, 2),
     "pipelined_s3_w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, 3),
 }
 
