@@ -32,25 +32,28 @@ over rounds reported:
 * ``wall_us``: wall time per call of back-to-back calls, no flush (host perf_counter from a
   synchronized start to a synchronized end, over enough calls to last WALL_TARGET_MS): what
   a layer pays when the host launches faster than the device runs, or the launch cost when not;
-* ``kernel_us``: device time of the kernels and copies one call launches (torch.profiler).
+* ``kernel_us``: device time of the kernels and copies one call launches (torch.profiler),
+  calls back to back: a cache small enough stays in L2 from one call to the next;
+* ``kernel_cold_us``: the same with L2 flushed before each call (FLUSH_BYTES written; the
+  flush's own kernel left out), as in an engine, where a layer's caches are evicted by the other
+  layers before its next step.
 
 An op's bytes (state read and written, inputs read, output written) over its ``us`` give its
-achieved bandwidth, reported as a fraction of a device-to-device copy of the same number of
-bytes timed in the same round, and of a 1 GiB copy. Ratios are vLLM's time / ours (>= 1.0: ours
-at least as fast): ``speed_vs_vllm`` (do_bench), ``speed_vs_vllm_wall``,
-``speed_vs_vllm_device``. ``api_bound`` compares the public functions' wall time with their
+achieved bandwidth, reported as a fraction of a device-to-device copy of the same number of bytes
+timed in the same round, and of a 1 GiB copy. Ratios are vLLM's time / ours (>= 1.0: ours at least
+as fast): ``speed_vs_vllm`` (do_bench), ``speed_vs_vllm_wall``, ``speed_vs_vllm_device``,
+``speed_vs_vllm_device_cold``. ``api_bound`` compares the public functions' wall time with their
 launch's (``ours_api`` vs ``ours``): within the bound when the API takes at most 1.25x the
-launch's wall time at B >= 64 and at most 50 µs more below; its ``checks_us`` is the host time
-per call of the public functions' checks alone as a repeated call makes them (the call key,
-the plan lookup and the index tensor's kept verdict: ``kernels/call_plans.py``; nothing
-launched; median over the rounds). ``summary`` lists the cases below
-1.0 and the API bound's misses. ``--sweep`` also times the default and other launch shapes of
-the recurrent kernel (``gdn_evidence/harness/launch_shapes.py``: splits of K, warps, value rows
-per thread, blocks of value rows per program), ``--sweep conv`` (or ``recurrent,conv``) of the
-conv kernel (channels per program, warps), from B = ``--sweep-from`` (default 64) up, in three
-rounds that each time every shape once, medians fastest first, each with vLLM's time over it;
-``--sweep-table`` prints them, and per op and state dtype the one shape closest to the fastest
-at every swept batch size.
+launch's wall time at B >= 64 and at most 50 µs more below; its ``checks_us`` is the host time per
+call of the public functions' checks alone as a repeated call makes them (the call key, the plan
+lookup and the index tensor's kept verdict: ``kernels/call_plans.py``; nothing launched; median
+over the rounds). ``summary`` lists the cases below 1.0 and the API bound's misses. ``--sweep``
+also times the default and other launch shapes of the recurrent kernel
+(``gdn_evidence/harness/launch_shapes.py``: splits of K, warps, value rows per thread, blocks of
+value rows per program), ``--sweep conv`` (or ``recurrent,conv``) of the conv kernel (channels per
+program, warps), from B = ``--sweep-from`` (default 64) up, in three rounds that each time every
+shape once, medians fastest first, each with vLLM's time over it; ``--sweep-table`` prints them,
+and per op and state dtype the one shape closest to the fastest at every swept batch size.
 ``--contracted`` also times, beside each recurrent case, our recurrent kernel at its default
 launch shape compiled with contraction on (``launch_variant``; LLVM fuses each product into
 the add it feeds: the K-sums' first level and the update), alternating with vLLM and ours in
@@ -154,6 +157,9 @@ SMOKE = Settings(rounds=1, warmup_ms=0, rep_ms=0, profile_iters=0, wall_target_m
                  wall_max_calls=1)  # fmt: skip
 
 
+FLUSH_BYTES = 256 << 20  # written between profiled calls: 5x an H100's or H200's L2
+
+
 class GpuClock:
     """Measurements on the current CUDA device."""
 
@@ -178,6 +184,14 @@ class GpuClock:
     def device_us(self, fn: Callable[[], object]) -> float:
         return kernel_time(fn, self.settings.profile_iters).us
 
+    def device_cold_us(self, fn: Callable[[], object]) -> float:
+        """``device_us`` with L2 flushed before each call (the flush not counted)."""
+        if not hasattr(self, "flush_buffer"):
+            self.flush_buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        return kernel_time(
+            fn, self.settings.profile_iters, between=self.flush_buffer.bitwise_not_
+        ).us
+
     def copy_fn(self, num_bytes: int) -> Callable[[], object]:
         """A device-to-device copy that reads num_bytes / 2 and writes num_bytes / 2."""
         src = torch.empty(max(num_bytes // 2, 1), dtype=torch.uint8, device=self.device)
@@ -200,6 +214,9 @@ class SmokeClock(GpuClock):
         return (time.perf_counter() - start) * 1e6
 
     def device_us(self, fn: Callable[[], object]) -> float | None:
+        return None
+
+    def device_cold_us(self, fn: Callable[[], object]) -> float | None:
         return None
 
 
@@ -495,6 +512,7 @@ def time_arms(
     bench = {name: [] for name in fns}
     wall = {name: [] for name in fns}
     device = {name: [] for name in ARMS}
+    cold = {name: [] for name in ARMS}
     checks: list[float] = []
     calls: dict[str, int] = {}
     for _ in range(settings.rounds):
@@ -504,11 +522,13 @@ def time_arms(
             wall[name].append(wall_us(clock, fn, calls[name]))
             if name in device:
                 device[name].append(clock.device_us(fn))
+                cold[name].append(clock.device_cold_us(fn))
         if "_checks" in arms:
             checks.append(host_us(arms["_checks"], CHECK_CALLS))
     us = {name: statistics.median(s) for name, s in bench.items()}
     wall_med = {name: statistics.median(s) for name, s in wall.items()}
     kernel = {name: median(s) for name, s in device.items()}
+    kernel_cold = {name: median(s) for name, s in cold.items()}
     peak_gbps = PEAK_COPY_BYTES / (clock.bench_us(peak_copy) * 1e3)
     return {
         "bytes": num_bytes,
@@ -521,6 +541,10 @@ def time_arms(
         "kernel_rounds_us": {
             name: [None if t is None else round(t, 2) for t in s] for name, s in device.items()
         },
+        "kernel_cold_us": rounded(kernel_cold),
+        "kernel_cold_rounds_us": {
+            name: [None if t is None else round(t, 2) for t in s] for name, s in cold.items()
+        },
         "achieved_GBps": {name: round(num_bytes / (t * 1e3), 1) for name, t in us.items()},
         "peak_copy_GBps": round(peak_gbps, 1),
         "fraction_of_copy": {name: round(us["copy"] / us[name], 3) for name in ARMS},
@@ -531,6 +555,7 @@ def time_arms(
         "speed_vs_vllm_api": ratio(us["vllm"], us["ours_api"]),
         "speed_vs_vllm_wall": ratio(wall_med["vllm"], wall_med["ours"]),
         "speed_vs_vllm_device": ratio(kernel["vllm"], kernel["ours"]),
+        "speed_vs_vllm_device_cold": ratio(kernel_cold["vllm"], kernel_cold["ours"]),
         "api_bound": api_bound(
             batch, wall_med["ours_api"], wall_med["ours"], median(checks) if checks else None
         ),
@@ -651,21 +676,29 @@ def whole_blocks(config, head_v: int) -> bool:
 
 def time_alternating(fns: dict, clock: GpuClock) -> dict:
     """``fns`` (vLLM's first, under "vllm") alternating in VARIANT_ROUNDS rounds: medians of
-    do_bench and device time, and vLLM's time over each other one's."""
+    do_bench, device time and device time with L2 flushed, and vLLM's time over each other
+    one's."""
     bench = {name: [] for name in fns}
     device = {name: [] for name in fns}
+    cold = {name: [] for name in fns}
     for _ in range(VARIANT_ROUNDS):
         for name, fn in fns.items():
             bench[name].append(clock.bench_us(fn))
             device[name].append(clock.device_us(fn))
+            cold[name].append(clock.device_cold_us(fn))
     us = {name: statistics.median(v) for name, v in bench.items()}
     kernel = {name: median(v) for name, v in device.items()}
+    kernel_cold = {name: median(v) for name, v in cold.items()}
     timed = [name for name in fns if name != "vllm"]
     return {
         "us": rounded(us),
         "kernel_us": rounded(kernel),
         "speed_vs_vllm": {name: ratio(us["vllm"], us[name]) for name in timed},
         "speed_vs_vllm_device": {name: ratio(kernel["vllm"], kernel[name]) for name in timed},
+        "kernel_cold_us": rounded(kernel_cold),
+        "speed_vs_vllm_device_cold": {
+            name: ratio(kernel_cold["vllm"], kernel_cold[name]) for name in timed
+        },
     }
 
 
@@ -773,11 +806,16 @@ SMOKE_PROVIDERS = Providers(
 def summary(cases: list[dict]) -> dict:
     """The cases below 1.0 on each ratio and the API bound's misses."""
     below = {}
-    for measure in ("speed_vs_vllm", "speed_vs_vllm_wall", "speed_vs_vllm_device"):
+    for measure in (
+        "speed_vs_vllm",
+        "speed_vs_vllm_wall",
+        "speed_vs_vllm_device",
+        "speed_vs_vllm_device_cold",
+    ):
         below[measure] = [
             {k: c[k] for k in ("op", "state_dtype", "batch", measure)}
             for c in cases
-            if c[measure] is not None and c[measure] < 1.0
+            if c.get(measure) is not None and c[measure] < 1.0
         ]
     misses = [
         {k: c[k] for k in ("op", "state_dtype", "batch")} | c["api_bound"]

@@ -112,7 +112,8 @@ case $stage in
     ;;
   kernels)
     now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \
-      tests/gpu/test_kernels_bitwise.py tests/gpu/test_kernels_launch.py
+      tests/gpu/test_kernels_bitwise.py tests/gpu/test_kernels_launch.py \
+      tests/gpu/test_profiling_gpu.py
     now bench_decode "$limit" python scripts/bench_decode.py --quick --rounds 7 --what-if \
       --out "$out/bench_decode.json"
     ;;

@@ -20,9 +20,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "bench_decode.py"
 FIELDS = (
     "bytes", "us", "rounds_us", "wall_us", "wall_rounds_us", "wall_calls", "kernel_us",
-    "kernel_rounds_us", "achieved_GBps", "peak_copy_GBps", "fraction_of_copy",
-    "fraction_of_peak_copy", "speed_vs_vllm", "speed_vs_vllm_api", "speed_vs_vllm_wall",
-    "speed_vs_vllm_device", "api_bound",
+    "kernel_rounds_us", "kernel_cold_us", "kernel_cold_rounds_us", "achieved_GBps",
+    "peak_copy_GBps", "fraction_of_copy", "fraction_of_peak_copy", "speed_vs_vllm",
+    "speed_vs_vllm_api", "speed_vs_vllm_wall", "speed_vs_vllm_device",
+    "speed_vs_vllm_device_cold", "api_bound",
 )  # fmt: skip
 
 
@@ -170,16 +171,20 @@ def test_wall_calls_last_the_target_within_the_limits(bench):
 
 
 def test_summary_lists_cases_below_one_and_api_misses(bench):
-    def case(op, speed, within):
+    def case(op, speed, within, cold):
         return {
             "op": op, "state_dtype": "float32", "batch": 8, "speed_vs_vllm": speed,
             "speed_vs_vllm_wall": 1.2, "speed_vs_vllm_device": None,
+            "speed_vs_vllm_device_cold": cold,
             "api_bound": bench.api_bound(8, 100.0 if within else 200.0, 90.0),
         }  # fmt: skip
 
-    summary = bench.summary([case("conv", 0.9, True), case("recurrent", 1.1, False)])
+    cases = [case("conv", 0.9, True, 1.01), case("recurrent", 1.1, False, 0.98)]
+    summary = bench.summary(cases)
     assert [c["op"] for c in summary["below_1"]["speed_vs_vllm"]] == ["conv"]
     assert summary["below_1"]["speed_vs_vllm_wall"] == []
+    assert summary["below_1"]["speed_vs_vllm_device"] == []
+    assert [c["op"] for c in summary["below_1"]["speed_vs_vllm_device_cold"]] == ["recurrent"]
     assert [m["op"] for m in summary["api_bound_misses"]] == ["recurrent"]
 
 
