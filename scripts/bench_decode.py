@@ -104,7 +104,7 @@ from gdn_evidence.harness.agreement import Providers, load_providers
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
 from gdn_evidence.harness.pipelined_kernel import PIPELINED, pipelined_kernel
 from gdn_evidence.harness.prefetch_kernel import prefetch_two_kernel
-from gdn_evidence.harness.profiling import kernel_time
+from gdn_evidence.harness.profiling import between, kernel_time
 from gdn_evidence.harness.provenance import provenance
 from gdn_evidence.harness.what_if_kernel import launch_grouped
 from vllm_gdn_invariant import golden
@@ -186,11 +186,10 @@ class GpuClock:
 
     def device_cold_us(self, fn: Callable[[], object]) -> float:
         """``device_us`` with L2 flushed before each call (the flush not counted)."""
-        if not hasattr(self, "flush_buffer"):
-            self.flush_buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-        return kernel_time(
-            fn, self.settings.profile_iters, between=self.flush_buffer.bitwise_not_
-        ).us
+        if not hasattr(self, "flush"):
+            buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+            self.flush = between(buffer.bitwise_not_)
+        return kernel_time(fn, self.settings.profile_iters, before=self.flush).us
 
     def copy_fn(self, num_bytes: int) -> Callable[[], object]:
         """A device-to-device copy that reads num_bytes / 2 and writes num_bytes / 2."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gdn_evidence.harness.profiling import kernel_time
+from gdn_evidence.harness.profiling import between, kernel_time
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -20,7 +20,7 @@ def test_the_kernels_between_the_calls_are_left_out():
         dst.copy_(src)
 
     flushed = kernel_time(flush.bitwise_not_, 5)
-    cold = kernel_time(copy, 5, between=flush.bitwise_not_)
+    cold = kernel_time(copy, 5, before=between(flush.bitwise_not_))
     assert cold.kernels == 1  # the copy alone, per call
     assert cold.us < flushed.us / 4  # the flush (about 0.2 ms on an H100) is not in it
 
@@ -28,5 +28,5 @@ def test_the_kernels_between_the_calls_are_left_out():
 def test_a_function_between_the_calls_that_launches_their_kernels_is_refused():
     src = torch.ones(1 << 18, dtype=torch.float32, device="cuda")
     dst, other = torch.empty_like(src), torch.empty_like(src)
-    with pytest.raises(ValueError, match="launches their kernels"):
-        kernel_time(lambda: dst.copy_(src), 5, between=lambda: other.copy_(src))
+    with pytest.raises(ValueError, match="launches kernels named as the flush's"):
+        kernel_time(lambda: dst.copy_(src), 5, before=between(lambda: other.copy_(src)))
