@@ -826,16 +826,21 @@ def summary(cases: list[dict]) -> dict:
 
 def results_table(report: dict) -> str:
     """The Markdown table of a report: per case the three ratios (vLLM's time / ours), the
-    public functions' wall time over the launch's and the bound, and the what-if kernel's
-    ratios where it ran."""
+    device time with L2 flushed where the run measured it, the public functions' wall time over
+    the launch's and the bound, and the what-if kernel's ratios where it ran."""
+    cold = any("speed_vs_vllm_device_cold" in c for c in report["cases"])
     lines = [
         "| op | state | B | vLLM (µs) | ours (µs) | vLLM/ours | wall | device "
-        "| API / launch | API bound | what-if | what-if FMA |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        + ("| device, L2 flushed " if cold else "")
+        + "| API / launch | API bound | what-if | what-if FMA |",
+        "| --- " * (12 + cold) + "|",
     ]
+
+    def ratio_cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
     for c in sorted(report["cases"], key=lambda c: (c["batch"], c["state_dtype"], c["op"])):
         what_if = c.get("what_if", {})
-        device = c["speed_vs_vllm_device"]
         cells = [
             c["op"],
             STATE_NAMES[c["state_dtype"]],
@@ -844,7 +849,8 @@ def results_table(report: dict) -> str:
             f"{c['us']['ours']:.1f}",
             f"{c['speed_vs_vllm']:.3f}",
             f"{c['speed_vs_vllm_wall']:.3f}",
-            "-" if device is None else f"{device:.3f}",
+            ratio_cell(c["speed_vs_vllm_device"]),
+            *([ratio_cell(c.get("speed_vs_vllm_device_cold"))] if cold else []),
             f"{c['api_bound']['ratio']:.2f}",
             "within" if c["api_bound"]["within"] else "missed",
             f"{what_if['grouped']['speed_vs_vllm']:.3f}" if what_if else "-",

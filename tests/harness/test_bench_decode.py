@@ -188,6 +188,20 @@ def test_summary_lists_cases_below_one_and_api_misses(bench):
     assert [m["op"] for m in summary["api_bound_misses"]] == ["recurrent"]
 
 
+def test_the_table_shows_the_flushed_device_time_where_a_run_measured_it(bench):
+    case = {
+        "op": "recurrent", "state_dtype": "bfloat16", "batch": 64,
+        "us": {"vllm": 50.0, "ours": 52.0}, "speed_vs_vllm": 0.962, "speed_vs_vllm_wall": 0.97,
+        "speed_vs_vllm_device": 0.955, "api_bound": {"ratio": 1.1, "within": True},
+    }  # fmt: skip
+    earlier = bench.results_table({"cases": [case]})
+    later = bench.results_table({"cases": [case | {"speed_vs_vllm_device_cold": 0.981}]})
+    assert "L2 flushed" not in earlier and earlier.splitlines()[2].count("|") == 13
+    header, rule, row = later.splitlines()
+    assert header.count("|") == rule.count("|") == row.count("|") == 14
+    assert "| 0.955 | 0.981 | 1.10 |" in row
+
+
 def test_without_cuda_a_real_run_exits_with_status_2_and_writes_nothing(tmp_path):
     target = tmp_path / "bench.json"
     result = run("--quick", "--out", str(target), env={"CUDA_VISIBLE_DEVICES": ""})
