@@ -860,18 +860,25 @@ def results_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def variants_table(report: dict, key: str) -> str:
+def variants_table(report: dict, key: str, cold: bool = False) -> str:
     """The Markdown table of a variants run (``--contracted``, ``--registers``, ``--prefetch``,
     ``--pipelined``, ``--replay-step``): per case vLLM's device time (profiler) and vLLM's device
-    time over ours and over each variant's ("-" where not timed)."""
+    time over ours and over each variant's ("-" where not timed); ``cold``: the device times
+    with L2 flushed before each call."""
+    measure, times = (
+        ("speed_vs_vllm_device_cold", "kernel_cold_us")
+        if cold
+        else ("speed_vs_vllm_device", "kernel_us")
+    )
     cases = [c for c in report["cases"] if key in c]
-    arms = list(dict.fromkeys(arm for c in cases for arm in c[key]["speed_vs_vllm_device"]))
+    arms = list(dict.fromkeys(arm for c in cases for arm in c[key][measure]))
 
     def cell(value: float | None, spec: str) -> str:
         return "-" if value is None else format(value, spec)
 
+    unit = "µs, device, L2 flushed" if cold else "µs, device"
     lines = [
-        "| state | B | vLLM (µs, device) | " + " | ".join(f"vLLM/{arm}" for arm in arms) + " |",
+        f"| state | B | vLLM ({unit}) | " + " | ".join(f"vLLM/{arm}" for arm in arms) + " |",
         "| --- | --- | --- |" + " --- |" * len(arms),
     ]
     for c in sorted(cases, key=lambda c: (c["state_dtype"], -c["batch"])):
@@ -879,8 +886,8 @@ def variants_table(report: dict, key: str) -> str:
         cells = [
             STATE_NAMES[c["state_dtype"]],
             str(c["batch"]),
-            cell(timed["kernel_us"]["vllm"], ".1f"),
-            *(cell(timed["speed_vs_vllm_device"].get(arm), ".3f") for arm in arms),
+            cell(timed[times]["vllm"], ".1f"),
+            *(cell(timed[measure].get(arm), ".3f") for arm in arms),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -1016,7 +1023,10 @@ def main(argv: list[str] | None = None) -> int:
     for key in (*VARIANTS, "replay_step"):
         path = getattr(args, f"{key}_table")
         if path is not None:
-            print(variants_table(json.loads(path.read_text()), key))
+            report = json.loads(path.read_text())
+            print(variants_table(report, key))
+            if any("kernel_cold_us" in c[key] for c in report["cases"] if key in c):
+                print("\n" + variants_table(report, key, cold=True))
             return 0
     if args.out is None:
         parser.error("--out is required (or --table)")

@@ -122,6 +122,8 @@ def test_pipelined_variants_run_where_they_take_whole_blocks_with_ours_bits(tmp_
         assert timed["same_bits"] == dict.fromkeys(timed["configs"], True)
         assert set(timed["speed_vs_vllm_device"]) == {"ours", *timed["configs"]}
     assert "vLLM/pipelined_s3_w1c16" in bench.variants_table(report, "pipelined")
+    flushed = bench.variants_table(report, "pipelined", cold=True)
+    assert flushed.startswith("| state | B | vLLM (µs, device, L2 flushed) | vLLM/ours |")
 
 
 def test_replay_step_runs_one_token_per_row_with_the_decode_steps_bits(tmp_path, bench):
