@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -104,7 +105,7 @@ from gdn_evidence.harness.agreement import Providers, load_providers
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
 from gdn_evidence.harness.pipelined_kernel import PIPELINED, pipelined_kernel
 from gdn_evidence.harness.prefetch_kernel import prefetch_two_kernel
-from gdn_evidence.harness.profiling import between, kernel_time
+from gdn_evidence.harness.profiling import Between, between, kernel_time
 from gdn_evidence.harness.provenance import provenance
 from gdn_evidence.harness.what_if_kernel import launch_grouped
 from vllm_gdn_invariant import golden
@@ -184,11 +185,14 @@ class GpuClock:
     def device_us(self, fn: Callable[[], object]) -> float:
         return kernel_time(fn, self.settings.profile_iters).us
 
+    @functools.cached_property
+    def flush(self) -> Between:
+        """FLUSH_BYTES of a buffer of its own rewritten (its bits inverted) in place."""
+        buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        return between(buffer.bitwise_not_)
+
     def device_cold_us(self, fn: Callable[[], object]) -> float:
         """``device_us`` with L2 flushed before each call (the flush not counted)."""
-        if not hasattr(self, "flush"):
-            buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-            self.flush = between(buffer.bitwise_not_)
         return kernel_time(fn, self.settings.profile_iters, before=self.flush).us
 
     def copy_fn(self, num_bytes: int) -> Callable[[], object]:
