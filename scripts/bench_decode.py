@@ -103,7 +103,13 @@ import torch
 from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
-from gdn_evidence.harness.pipelined_kernel import PIPELINED, pipelined_kernel
+from gdn_evidence.harness.pipelined_kernel import (
+    ONE_SLAB,
+    ONE_WARP_8_ROWS,
+    PIPELINED,
+    pipelined_kernel,
+    variant_config,
+)
 from gdn_evidence.harness.prefetch_kernel import prefetch_two_kernel
 from gdn_evidence.harness.profiling import Between, between, kernel_time
 from gdn_evidence.harness.provenance import provenance
@@ -614,7 +620,6 @@ def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
 
 
 VARIANT_ROUNDS = 5
-ONE_WARP_8_ROWS = {"block_v": 8, "num_warps": 1}
 # Sets of variants of our recurrent kernel, name: (launch-shape fields replaced or None, compile
 # options, kernel or None for ours).
 VARIANTS = {
@@ -642,6 +647,7 @@ VARIANTS = {
         "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
         "w2c4": ({"block_v": 32, "num_warps": 2, "chunks": 4}, {}, None),
         "w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, {}, None),
+        "w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, {}, None),
         **{
             name: (fields, {"STAGES": stages}, pipelined_kernel)
             for name, (fields, stages) in PIPELINED.items()
@@ -718,7 +724,8 @@ def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
         *gates, reference_state, x["state_indices"], arms["_dims"], arms["_config"]
     )[0]
     for name, (fields, options, kernel) in variants.items():
-        config = dataclasses.replace(arms["_config"], **(fields or {}))
+        dims = arms["_dims"]
+        config = variant_config(arms["_config"], fields, dims.head_k, x["state"].dtype)
         config = dataclasses.replace(
             config, chunks=max(1, min(config.chunks, arms["_dims"].head_v // config.block_v))
         )

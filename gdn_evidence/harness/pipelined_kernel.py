@@ -17,6 +17,8 @@ a last partial block is masked as ours masks it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -31,6 +33,7 @@ from vllm_gdn_invariant.kernels.recurrent import (
     load_state_block,
     load_vector,
     qk_slabs,
+    row_split,
     store_state_block,
 )
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
@@ -119,9 +122,11 @@ def pipelined_kernel(
 
 
 ONE_WARP_8_ROWS = {"block_v": 8, "num_warps": 1}
+ONE_SLAB = {"row_elements": 4, "vector_bytes": 16}  # vLLM's layout: K over the 32 lanes
 # What ``bench_decode.py --pipelined`` times and ``scripts/sass_mix.py --pipelined`` counts,
-# name: (launch-shape fields replaced, None for the default shape; stages). A variant applies
-# where its shape takes two or more whole blocks per program.
+# name: (launch-shape fields replaced, None for the default shape; stages); fields as
+# ``variant_config`` reads them. A variant applies where its shape takes two or more whole
+# blocks per program.
 PIPELINED = {
     "pipelined_s2": (None, 2),
     "pipelined_s3": (None, 3),
@@ -131,7 +136,23 @@ PIPELINED = {
     "pipelined_s2_w2c4": ({"block_v": 32, "num_warps": 2, "chunks": 4}, 2),
     "pipelined_s2_w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, 2),
     "pipelined_s3_w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, 3),
+    "pipelined_s2_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 2),
+    "pipelined_s3_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 3),
 }
+
+
+def variant_config(
+    default: RecurrentConfig, fields: dict | None, head_k: int, state_dtype: torch.dtype
+) -> RecurrentConfig:
+    """``default`` with ``fields`` replaced: RecurrentConfig's own, or ``row_elements`` and
+    ``vector_bytes`` for the split of a K row (``kernels.recurrent.row_split``)."""
+    fields = dict(fields or {})
+    if "row_elements" in fields:
+        split = row_split(
+            head_k, state_dtype, fields.pop("row_elements"), fields.pop("vector_bytes")
+        )
+        fields |= dict(zip(("log2_j", "log2_cl", "log2_vec"), split, strict=True))
+    return dataclasses.replace(default, **fields)
 
 
 def compile_pipelined(

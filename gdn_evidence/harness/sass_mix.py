@@ -391,7 +391,7 @@ def pipelined_counts(batch: int = 128, capability: int = 90) -> list[dict]:
         default = recurrent.recurrent_config(dims, state_dtype, interpreted=False)
         arms = [("ours", default, None, None)]
         for name, (fields, stages) in pipelined_kernel.PIPELINED.items():
-            config = dataclasses.replace(default, **(fields or {}))
+            config = pipelined_kernel.variant_config(default, fields, HEADS["K"], state_dtype)
             if config.chunks < 2:
                 continue  # one block per program: no loop to pipeline
             if ("ours", config, None, None) not in arms:

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import torch
 
-from gdn_evidence.harness.pipelined_kernel import ONE_WARP_8_ROWS, PIPELINED, compile_pipelined
+from gdn_evidence.harness.pipelined_kernel import (
+    ONE_SLAB,
+    ONE_WARP_8_ROWS,
+    PIPELINED,
+    compile_pipelined,
+    variant_config,
+)
 from gdn_evidence.harness.sass_mix import HEADS, dims_for, pipelined_table
 from vllm_gdn_invariant.kernels import codegen, recurrent
 
@@ -66,6 +72,20 @@ def test_the_pipelined_kernel_writes_the_goldens_bits():
         assert case["out_bits_differ"] == 0, name
         assert case["state_bits_differ"] == 0, name
         assert case["state_changed"] > 0, name  # the step did update the state
+
+
+def test_a_variant_replaces_the_shapes_fields_or_splits_k_as_asked():
+    default = recurrent.recurrent_config(dims_for(128), torch.bfloat16, interpreted=False)
+    moved = variant_config(default, ONE_WARP_8_ROWS | {"chunks": 16}, 128, torch.bfloat16)
+    assert (moved.block_v, moved.num_warps, moved.chunks) == (8, 1, 16)
+    assert (moved.log2_j, moved.log2_cl, moved.log2_vec) == (
+        default.log2_j, default.log2_cl, default.log2_vec
+    )  # fmt: skip
+    for dtype in (torch.float32, torch.bfloat16):  # one slab: 32 lanes of 4 elements
+        slab = variant_config(default, ONE_SLAB, 128, dtype)
+        assert (slab.log2_j, slab.log2_cl, slab.log2_vec) == (0, 5, 2)
+        assert (slab.block_v, slab.chunks) == (default.block_v, default.chunks)
+    assert variant_config(default, None, 128, torch.bfloat16) == default
 
 
 def sass_counts(compiled, kernel_name: str) -> dict[str, int]:
