@@ -52,6 +52,9 @@ HEADS = launch_shapes.QWEN3_NEXT_HEADS
 REGISTERS = 65536  # per SM on sm_90
 MAX_WARPS = 64  # resident warps per SM on sm_90
 REGISTER_UNIT = 8  # a thread's registers are allocated in multiples of 8
+MAX_PROGRAMS = 32  # resident programs (thread blocks) per SM on sm_90
+SHARED_PER_SM = 228 * 1024  # bytes of shared memory per SM on sm_90
+SHARED_RESERVED = 1024  # bytes the driver reserves per resident program
 CLASSES = {
     "fp32_arithmetic": ("FADD", "FMUL", "FFMA"),
     "shuffles": ("SHFL",),
@@ -239,6 +242,19 @@ def resident_warps(registers: int, num_warps: int) -> int:
     return min(MAX_WARPS // num_warps, programs) * num_warps
 
 
+def resident_programs(registers: int, num_warps: int, shared: int) -> tuple[int, str]:
+    """Programs per SM and what bounds them: ``registers``, ``shared`` memory or ``programs``
+    (the limit of programs or warps per SM), the first of them where several do."""
+    per_thread = -(-registers // REGISTER_UNIT) * REGISTER_UNIT
+    bounds = {
+        "registers": REGISTERS // (per_thread * 32 * num_warps),
+        "shared": SHARED_PER_SM // (shared + SHARED_RESERVED),
+        "programs": min(MAX_PROGRAMS, MAX_WARPS // num_warps),
+    }
+    bound = min(bounds, key=bounds.__getitem__)
+    return bounds[bound], bound
+
+
 def mix(arm: Arm) -> dict:
     """The arm's instruction counts, per thread and per state element, and its resources."""
     sass = codegen.sass_of(arm.compiled.asm["cubin"])
@@ -382,7 +398,8 @@ def pipelined_counts(batch: int = 128, capability: int = 90) -> list[dict]:
     ours at the default shape and at each variant's shape, both state dtypes, at ``batch``:
     registers, shared memory per program (Triton's total, the pipeline's buffers included), the
     kernel's asynchronous copies (``LDGSTS``) and global loads (``LDG``) as written (a loop's body
-    once), its instructions as written, and the warps per SM its registers allow. A control arm,
+    once), its instructions as written, and the warps per SM its registers, its shared memory and
+    the limit of 32 programs allow, with which of them bounds it. A control arm,
     ``launch_num_stages_4``, is the kernel with one stage compiled with the launch's
     ``num_stages=4``: Triton pipelines a loop without dots only where the loop asks."""
     dims = dims_for(batch)
@@ -420,7 +437,8 @@ def pipelined_counts(batch: int = 128, capability: int = 90) -> list[dict]:
                 op.split(".")[0] for op, _ in codegen.sass_functions(sass)[kernel_name]
             )
             usage = codegen.resource_usage(compiled)
-            warps = resident_warps(usage.registers, config.num_warps)
+            shared = compiled.metadata.shared
+            programs, bound = resident_programs(usage.registers, config.num_warps, shared)
             results.append(
                 {
                     "arm": name,
@@ -432,37 +450,40 @@ def pipelined_counts(batch: int = 128, capability: int = 90) -> list[dict]:
                     "launch_num_stages": num_stages,
                     "registers": usage.registers,
                     "spills": usage.spills,
-                    "shared_bytes": compiled.metadata.shared,
+                    "shared_bytes": shared,
                     "async_copies": opcodes["LDGSTS"],
                     "global_loads": opcodes["LDG"],
                     "instructions": sum(opcodes.values()),
-                    "resident_warps_per_sm": warps,
-                    "shared_kib_per_sm": round(
-                        warps // config.num_warps * compiled.metadata.shared / 1024, 1
-                    ),
+                    "resident_warps_per_sm": programs * config.num_warps,
+                    "occupancy_bound": bound,
+                    "shared_kib_per_sm": round(programs * shared / 1024, 1),
                 }
             )
     return results
 
 
 def pipelined_table(results: list[dict]) -> str:
-    """A Markdown table of ``pipelined_counts``."""
+    """A Markdown table of ``pipelined_counts``; warps per SM bounded by the shared memory or the
+    program limit, not the registers, say so."""
     lines = [
-        "| state | arm | BV x warps x blocks | stages | registers | warps / SM | shared / program "
-        "(bytes) | LDGSTS | LDG | instructions |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| state | arm | BV x warps x blocks | log2 (J, lanes, vec) | stages | registers "
+        "| warps / SM | shared / program (bytes) | LDGSTS | LDG | instructions |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         c = r["config"]
         default_arm = r["stages"] is None
+        bound = r["occupancy_bound"]
         stages = "-" if default_arm else str(r["stages"])
         if r["launch_num_stages"] is not None:
             stages += f" (launch {r['launch_num_stages']})"
         lines.append(
             f"| {r['state']} | {r['arm']}{' (default)' if r['default'] and default_arm else ''} "
-            f"| {c['block_v']} x {c['num_warps']} x {c['chunks']} | {stages} "
+            f"| {c['block_v']} x {c['num_warps']} x {c['chunks']} "
+            f"| ({c['log2_j']}, {c['log2_cl']}, {c['log2_vec']}) | {stages} "
             f"| {r['registers']}{' (spills)' if r['spills'] else ''} "
-            f"| {r['resident_warps_per_sm']} | {r['shared_bytes']} | {r['async_copies']} "
+            f"| {r['resident_warps_per_sm']}{'' if bound == 'registers' else f' ({bound})'} "
+            f"| {r['shared_bytes']} | {r['async_copies']} "
             f"| {r['global_loads']} | {r['instructions']} |"
         )
     return "\n".join(lines)
