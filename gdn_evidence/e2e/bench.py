@@ -41,7 +41,8 @@ round by round with its spread: a ratio the host's noise does not move.
 
 The model has Qwen3-Next's GDN dimensions per layer (16 key heads, 32 value heads, 128-dim
 heads, 4-wide conv) with fewer layers and experts (``BENCH_QWEN3_NEXT``), and dummy weights: the
-time goes to the same kernels as the full model's GDN layers.
+time goes to the same kernels as the full model's GDN layers. ``--num-layers`` sets its layers
+(Qwen3-Next's 48 make a step's device time a larger share of the step than the bench model's 8).
 """
 
 from __future__ import annotations
@@ -587,6 +588,19 @@ def profile(
     return result
 
 
+def bench_model(tiny: bool, num_layers: int | None) -> dict[str, Any]:
+    """The config of the model the engines serve: the bench model (or the tiny one) with
+    ``num_layers`` layers where given, a positive multiple of its full-attention interval
+    (ValueError otherwise)."""
+    model = TINY_QWEN3_NEXT if tiny else BENCH_QWEN3_NEXT
+    if num_layers is None:
+        return model
+    interval = model["full_attention_interval"]
+    if num_layers < interval or num_layers % interval:
+        raise ValueError(f"--num-layers must be a positive multiple of {interval}")
+    return {**model, "num_hidden_layers": num_layers}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench_engine.py",
@@ -629,6 +643,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--tiny",
         action="store_true",
         help="the tiny Qwen3-Next and an 8x smaller workload: a smoke run (CPU), not evidence",
+    )
+    parser.add_argument(
+        "--num-layers",
+        type=int,
+        default=None,
+        help="the model's layers (default: its own, 8 for the bench model; Qwen3-Next has 48), "
+        "a multiple of its full-attention interval (4), so that 3 in 4 are GDN layers; more "
+        "layers make a step's device time a larger share of it (more GPU memory per engine: "
+        "--gpu-memory-utilization)",
     )
     parser.add_argument(
         "--profile",
@@ -693,8 +716,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.profile_rounds < 1 or (args.profile_rounds > 1 and not args.profile):
         parser.error("--profile-rounds takes 1 or more, and more than 1 only with --profile")
-    model = TINY_QWEN3_NEXT if args.tiny else BENCH_QWEN3_NEXT
     name = "tiny Qwen3-Next" if args.tiny else "bench model"
+    try:
+        model = bench_model(args.tiny, args.num_layers)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         binding = check_tensor_parallel(
             args.tensor_parallel_size, lambda size: sharding_problems(model, size, name)

@@ -432,11 +432,23 @@ def test_each_arm_runs_with_its_mode_and_batch_invariance(tmp_path):
         (["--workloads", "decode", "--profile", "prefill"], "--profile: invalid choice"),
         (["--arms", "route,gold"], "--arms: gold; valid: vllm, route, bi, golden"),
         (["--profile-rounds", "3"], "more than 1 only with --profile"),
+        (["--num-layers", "6"], "--num-layers must be a positive multiple of 4"),
+        (["--num-layers", "0"], "--num-layers must be a positive multiple of 4"),
         (["--workloads", "decode", "--profile", "decode", "--profile-rounds", "0"], "1 or more"),
     ],
 )
 def test_the_benchmark_refuses_bad_workloads_and_arms_before_writing(tmp_path, capsys, argv, words):
     assert words in usage_error(bench.main, tmp_path / "bench.json", argv, capsys)
+
+
+def test_the_benchmark_model_takes_the_layers_asked_for_three_in_four_gdn():
+    deep = bench.bench_model(False, 48)
+    assert deep["num_hidden_layers"] == 48 and deep["full_attention_interval"] == 4
+    assert {k: v for k, v in deep.items() if k != "num_hidden_layers"} == {
+        k: v for k, v in bench.BENCH_QWEN3_NEXT.items() if k != "num_hidden_layers"
+    }
+    assert bench.bench_model(False, None) is bench.BENCH_QWEN3_NEXT
+    assert bench.bench_model(True, 8)["num_hidden_layers"] == 8
 
 
 def test_resummarize_recomputes_the_summary_from_the_rounds_and_records_it(tmp_path, monkeypatch):
