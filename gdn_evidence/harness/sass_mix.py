@@ -393,13 +393,49 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def loop_order(sass: str, kernel_name: str, ahead: tuple[str, ...]) -> dict | None:
+    """Where the loop over blocks of ``kernel_name`` (its one loop; None without one) issues
+    the ``ahead`` instructions (the loads of blocks to come) against its fp32 arithmetic and
+    its global stores: first and last position of each in the loop's body, and ``place``: the
+    share of the arithmetic issued before the first of them (``"after the stores"`` where they
+    follow the arithmetic and the stores; None where the loop issues none)."""
+    bodies = loop_bodies(sass, kernel_name)
+    if len(bodies) != 1:
+        return None
+    (start, end), instructions = bodies[0], codegen.sass_functions(sass)[kernel_name]
+    body = [op.split(".")[0] for op, _ in instructions[start:end]]
+
+    def span(opcodes: tuple[str, ...]) -> list[int]:
+        found = [i for i, op in enumerate(body) if op in opcodes]
+        return [found[0], found[-1]] if found else []
+
+    loads, arithmetic, stores = span(ahead), span(CLASSES["fp32_arithmetic"]), span(("STG",))
+    if not loads:
+        place = None
+    elif loads[0] > max(arithmetic[1], stores[1]):
+        place = "after the stores"
+    else:
+        issued = sum(op in CLASSES["fp32_arithmetic"] for op in body[: loads[0]])
+        total = sum(op in CLASSES["fp32_arithmetic"] for op in body)
+        place = f"after {round(100 * issued / total)} % of the arithmetic"
+    return {
+        "instructions": len(body),
+        "ahead": loads,
+        "arithmetic": arithmetic,
+        "stores": stores,
+        "place": place,
+    }
+
+
 def pipelined_counts(batch: int = 128, capability: int = 90) -> list[dict]:
     """Static counts of ``pipelined_kernel``'s variants (``pipelined_kernel.PIPELINED``) beside
     ours at the default shape and at each variant's shape, both state dtypes, at ``batch``:
     registers, shared memory per program (Triton's total, the pipeline's buffers included), the
     kernel's asynchronous copies (``LDGSTS``) and global loads (``LDG``) as written (a loop's body
     once), its instructions as written, and the warps per SM its registers, its shared memory and
-    the limit of 32 programs allow, with which of them bounds it. A control arm,
+    the limit of 32 programs allow, with which of them bounds it, and where the loop over blocks
+    issues the loads of the blocks to come (``loop_order``: ours' plain loads of the next block,
+    the variants' asynchronous copies). A control arm,
     ``launch_num_stages_4``, is the kernel with one stage compiled with the launch's
     ``num_stages=4``: Triton pipelines a loop without dots only where the loop asks."""
     dims = dims_for(batch)
@@ -457,6 +493,9 @@ def pipelined_counts(batch: int = 128, capability: int = 90) -> list[dict]:
                     "resident_warps_per_sm": programs * config.num_warps,
                     "occupancy_bound": bound,
                     "shared_kib_per_sm": round(programs * shared / 1024, 1),
+                    "loop": loop_order(
+                        sass, kernel_name, ("LDGSTS",) if (stages or 1) > 1 else ("LDG",)
+                    ),
                 }
             )
     return results
@@ -467,8 +506,9 @@ def pipelined_table(results: list[dict]) -> str:
     program limit, not the registers, say so."""
     lines = [
         "| state | arm | BV x warps x blocks | log2 (J, lanes, vec) | stages | registers "
-        "| warps / SM | shared / program (bytes) | LDGSTS | LDG | instructions |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| warps / SM | shared / program (bytes) | LDGSTS | LDG | instructions "
+        "| loads ahead, in the loop |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         c = r["config"]
@@ -484,6 +524,7 @@ def pipelined_table(results: list[dict]) -> str:
             f"| {r['registers']}{' (spills)' if r['spills'] else ''} "
             f"| {r['resident_warps_per_sm']}{'' if bound == 'registers' else f' ({bound})'} "
             f"| {r['shared_bytes']} | {r['async_copies']} "
-            f"| {r['global_loads']} | {r['instructions']} |"
+            f"| {r['global_loads']} | {r['instructions']} "
+            f"| {(r['loop'] or {}).get('place') or '-'} |"
         )
     return "\n".join(lines)
