@@ -16,7 +16,7 @@ from gdn_evidence.harness.pipelined_kernel import (
     compile_pipelined,
     variant_config,
 )
-from gdn_evidence.harness.sass_mix import HEADS, dims_for, pipelined_table
+from gdn_evidence.harness.sass_mix import HEADS, dims_for, loop_order, pipelined_table
 from vllm_gdn_invariant.kernels import codegen, recurrent
 
 from ..doc_blocks import marked_block
@@ -109,6 +109,11 @@ def test_the_loop_copies_asynchronously_only_where_it_asks_for_stages():
     assert sass_counts(launch_only, "pipelined_kernel")["LDGSTS"] == 0
     assert sass_counts(ours, "recurrent_step_kernel")["LDGSTS"] == 0
     assert codegen.report_of(two).clean  # still no contraction
+    copies = loop_order(codegen.sass_of(two.asm["cubin"]), "pipelined_kernel", ("LDGSTS",))
+    assert copies["place"] == "after the stores"
+    loads = loop_order(codegen.sass_of(ours.asm["cubin"]), "recurrent_step_kernel", ("LDG",))
+    assert loads["place"].endswith("% of the arithmetic")  # before ours' stores
+    assert loads["ahead"][0] < loads["stores"][0] < copies["ahead"][0]
 
 
 def test_the_static_counts_are_the_variants_and_are_quoted():
@@ -149,6 +154,18 @@ def test_the_static_counts_are_the_variants_and_are_quoted():
     assert (
         f"one warp of 8 rows takes {slab['registers']} registers with bf16 and two stages, "
         f"{slab['resident_warps_per_sm']} warps per SM" in flat
+    )
+    for arms in (cases, later):  # every variant's copies go out at the end of the iteration
+        for c in arms:
+            if (c["stages"] or 1) > 1:
+                assert c["loop"]["place"] == "after the stores", c["arm"]
+    ours_places = [
+        int(c["loop"]["place"].split()[1]) for c in cases if c["stages"] is None and c["loop"]
+    ]
+    assert (
+        f"ours issues the next block's plain loads after {min(ours_places)}–{max(ours_places)} % "
+        f"of a block's arithmetic (after 96 % or more in {sum(p >= 96 for p in ours_places)} of "
+        f"its {len(ours_places)} shapes)" in flat
     )
     bounded = [c for c in cases if c["occupancy_bound"] == "shared"]
     assert [(c["state"], c["arm"]) for c in bounded] == [("fp32", "pipelined_s3_w1c16_slab")]
