@@ -138,6 +138,7 @@ PIPELINED = {
     "pipelined_s3_w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, 3),
     "pipelined_s2_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 2),
     "pipelined_s3_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 3),
+    "pipelined_s4_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 4),
 }
 
 
