@@ -4,15 +4,16 @@ outputs but the bench's own bit comparison with ours and the CPU tests.
 
 It is ``kernels.recurrent.recurrent_step_kernel`` with another loop: each iteration loads its
 own block (state and v) and the loop is ``tl.range(CHUNKS, num_stages=STAGES)``, so that
-Triton's pipeliner issues the state loads of the next ``STAGES - 1`` blocks as asynchronous
-copies into shared memory (``cp.async``, SASS ``LDGSTS``) before this block's arithmetic, and
-the block is read from shared memory when its turn comes. The loads in flight then hold no
-registers, where ours keeps the next block in registers and ptxas, at the registers it
-allocates, issues those loads after the arithmetic (docs/kernels.md, "Register budgets").
-Triton pipelines a loop without dots only where the loop says ``num_stages``; the launch's
-``num_stages`` alone leaves it as it is (``scripts/sass_pipelined.py`` counts both). The
-arithmetic, stores and layout are ``recurrent_step_kernel``'s, so its bits are the goldens';
-a last partial block is masked as ours masks it.
+Triton's pipeliner turns the state's loads into asynchronous copies into shared memory
+(``cp.async``, SASS ``LDGSTS``): block i + STAGES - 1's copy goes out at the end of iteration i
+(after its arithmetic and stores, in the sm_90 code of Triton 3.6.0 and 3.9.0) and iteration i
+reads its block from shared memory. The copies in flight hold no registers. With two stages a
+block's copy has the lead ours' plain loads of the next block have (ptxas issues them after most
+of a block's arithmetic, docs/kernels.md "Register budgets"); from three stages, a whole
+iteration more. Triton pipelines a loop without dots only where the loop says ``num_stages``;
+the launch's ``num_stages`` alone leaves it as it is (``scripts/sass_mix.py --pipelined`` counts
+both). The arithmetic, stores and layout are ``recurrent_step_kernel``'s, so its bits are the
+goldens'; a last partial block is masked as ours masks it.
 """
 
 from __future__ import annotations
