@@ -648,6 +648,7 @@ VARIANTS = {
         "w2c4": ({"block_v": 32, "num_warps": 2, "chunks": 4}, {}, None),
         "w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, {}, None),
         "w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, {}, None),
+        "w1c4_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 4}, {}, None),
         **{
             name: (fields, {"STAGES": stages}, pipelined_kernel)
             for name, (fields, stages) in PIPELINED.items()

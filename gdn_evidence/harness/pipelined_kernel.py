@@ -140,6 +140,7 @@ PIPELINED = {
     "pipelined_s2_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 2),
     "pipelined_s3_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 3),
     "pipelined_s4_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 4),
+    "pipelined_s3_w1c4_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 4}, 3),
 }
 
 

@@ -119,7 +119,8 @@ def test_pipelined_variants_run_where_they_take_whole_blocks_with_ours_bits(tmp_
         # 32-row shapes take one, where there is no loop to pipeline
         one_warp = {"w1c16", "w1c16_slab"}
         pipelined = {f"pipelined_s{s}_{shape}" for s in (2, 3, 4) for shape in one_warp}
-        assert set(timed["configs"]) == {"w2c4", "w4c4", *one_warp, *pipelined}
+        pipelined |= {"pipelined_s3_w1c4_slab"}  # two blocks of 8 rows here, as w1c16's
+        assert set(timed["configs"]) == {"w2c4", "w4c4", "w1c4_slab", *one_warp, *pipelined}
         slab = timed["configs"]["pipelined_s2_w1c16_slab"]
         assert (slab["log2_j"], slab["log2_cl"], slab["log2_vec"]) == (0, 2, 2)  # K = 16
         assert timed["same_bits"] == dict.fromkeys(timed["configs"], True)
