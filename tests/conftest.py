@@ -12,6 +12,7 @@ import fcntl
 import functools
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,24 @@ def standin_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in standins.KERNELS_SINCE_0_34:
         if hasattr(qwen, name):
             monkeypatch.setattr(qwen, name, getattr(standins, name))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def processes_tmpdir() -> Iterator[Path]:
+    """A temporary folder of this session for the processes the tests start (their TMPDIR),
+    removed at the end: vLLM's IPC sockets and the evidence scripts' work folders land there
+    and not in the machine's /tmp. Its path is short, as a socket's must stay under 108 bytes;
+    this process keeps the temporary folder it had."""
+    tempfile.gettempdir()  # this process's own, kept
+    folder = Path(tempfile.mkdtemp(prefix="gdn_tests_"))
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = previous
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
