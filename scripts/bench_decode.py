@@ -104,12 +104,12 @@ from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
 from gdn_evidence.harness.pipelined_kernel import (
-    ONE_SLAB,
     ONE_WARP_8_ROWS,
     PIPELINED,
     pipelined_kernel,
     variant_config,
 )
+from gdn_evidence.harness.pipelined_kernel import SHAPES as PIPELINED_SHAPES
 from gdn_evidence.harness.prefetch_kernel import prefetch_two_kernel
 from gdn_evidence.harness.profiling import Between, between, kernel_time
 from gdn_evidence.harness.provenance import provenance
@@ -644,11 +644,7 @@ VARIANTS = {
     # blocks' state in flight as asynchronous copies into shared memory), with ours at the
     # variants' other shapes.
     "pipelined": {
-        "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
-        "w2c4": ({"block_v": 32, "num_warps": 2, "chunks": 4}, {}, None),
-        "w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, {}, None),
-        "w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, {}, None),
-        "w1c4_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 4}, {}, None),
+        **{shape: (fields, {}, None) for shape, fields in PIPELINED_SHAPES.items()},
         **{
             name: (fields, {"STAGES": stages}, pipelined_kernel)
             for name, (fields, stages) in PIPELINED.items()
@@ -836,6 +832,11 @@ def summary(cases: list[dict]) -> dict:
     return {"below_1": below, "api_bound_misses": misses, "cases": len(cases)}
 
 
+def cell(value: float | None, spec: str) -> str:
+    """A table cell: ``value`` formatted, "-" where it was not measured."""
+    return "-" if value is None else format(value, spec)
+
+
 def results_table(report: dict) -> str:
     """The Markdown table of a report: per case the three ratios (vLLM's time / ours), the
     device time with L2 flushed where the run measured it, the public functions' wall time over
@@ -848,9 +849,6 @@ def results_table(report: dict) -> str:
         "| --- " * (12 + cold) + "|",
     ]
 
-    def ratio_cell(value: float | None) -> str:
-        return "-" if value is None else f"{value:.3f}"
-
     for c in sorted(report["cases"], key=lambda c: (c["batch"], c["state_dtype"], c["op"])):
         what_if = c.get("what_if", {})
         cells = [
@@ -861,8 +859,8 @@ def results_table(report: dict) -> str:
             f"{c['us']['ours']:.1f}",
             f"{c['speed_vs_vllm']:.3f}",
             f"{c['speed_vs_vllm_wall']:.3f}",
-            ratio_cell(c["speed_vs_vllm_device"]),
-            *([ratio_cell(c.get("speed_vs_vllm_device_cold"))] if cold else []),
+            cell(c["speed_vs_vllm_device"], ".3f"),
+            *([cell(c.get("speed_vs_vllm_device_cold"), ".3f")] if cold else []),
             f"{c['api_bound']['ratio']:.2f}",
             "within" if c["api_bound"]["within"] else "missed",
             f"{what_if['grouped']['speed_vs_vllm']:.3f}" if what_if else "-",
@@ -884,9 +882,6 @@ def variants_table(report: dict, key: str, cold: bool = False) -> str:
     )
     cases = [c for c in report["cases"] if key in c]
     arms = list(dict.fromkeys(arm for c in cases for arm in c[key][measure]))
-
-    def cell(value: float | None, spec: str) -> str:
-        return "-" if value is None else format(value, spec)
 
     unit = "µs, device, L2 flushed" if cold else "µs, device"
     lines = [

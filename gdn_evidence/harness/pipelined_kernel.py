@@ -124,23 +124,31 @@ def pipelined_kernel(
 
 ONE_WARP_8_ROWS = {"block_v": 8, "num_warps": 1}
 ONE_SLAB = {"row_elements": 4, "vector_bytes": 16}  # vLLM's layout: K over the 32 lanes
+# The launch shapes of the variants other than the default's, name: the fields replaced, as
+# ``variant_config`` reads them (``bench_decode.py --pipelined`` times ours at each too).
+SHAPES = {
+    "w1c16": ONE_WARP_8_ROWS | {"chunks": 16},
+    "w2c4": {"block_v": 32, "num_warps": 2, "chunks": 4},
+    "w4c4": {"block_v": 32, "num_warps": 4, "chunks": 4},
+    "w1c16_slab": ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16},
+    "w1c4_slab": ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 4},
+}
+# The stages each shape is taken with (None: the default shape).
+STAGES_PER_SHAPE = (
+    (None, (2, 3)),
+    ("w1c16", (2, 3, 4)),
+    ("w2c4", (2,)),
+    ("w4c4", (2, 3)),
+    ("w1c16_slab", (2, 3, 4)),
+    ("w1c4_slab", (3,)),
+)
 # What ``bench_decode.py --pipelined`` times and ``scripts/sass_mix.py --pipelined`` counts,
-# name: (launch-shape fields replaced, None for the default shape; stages); fields as
-# ``variant_config`` reads them. A variant applies where its shape takes two or more whole
-# blocks per program.
+# name: (launch-shape fields replaced, None for the default shape; stages). A variant applies
+# where its shape takes two or more whole blocks per program.
 PIPELINED = {
-    "pipelined_s2": (None, 2),
-    "pipelined_s3": (None, 3),
-    "pipelined_s2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, 2),
-    "pipelined_s3_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, 3),
-    "pipelined_s4_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, 4),
-    "pipelined_s2_w2c4": ({"block_v": 32, "num_warps": 2, "chunks": 4}, 2),
-    "pipelined_s2_w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, 2),
-    "pipelined_s3_w4c4": ({"block_v": 32, "num_warps": 4, "chunks": 4}, 3),
-    "pipelined_s2_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 2),
-    "pipelined_s3_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 3),
-    "pipelined_s4_w1c16_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 16}, 4),
-    "pipelined_s3_w1c4_slab": (ONE_WARP_8_ROWS | ONE_SLAB | {"chunks": 4}, 3),
+    f"pipelined_s{stages}" + (f"_{shape}" if shape else ""): (SHAPES.get(shape), stages)
+    for shape, all_stages in STAGES_PER_SHAPE
+    for stages in all_stages
 }
 
 

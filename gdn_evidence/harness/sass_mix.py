@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import ast
 import collections
-import dataclasses
 import functools
 import importlib.util
 import re
@@ -450,7 +449,9 @@ def pipelined_counts(batch: int = 128, capability: int = 90) -> list[dict]:
             if ("ours", config, None, None) not in arms:
                 arms.append(("ours", config, None, None))
             arms.append((name, config, stages, None))
-        control = dataclasses.replace(default, **pipelined_kernel.ONE_WARP_8_ROWS, chunks=16)
+        control = pipelined_kernel.variant_config(
+            default, pipelined_kernel.SHAPES["w1c16"], HEADS["K"], state_dtype
+        )
         arms.append(("launch_num_stages_4", control, 1, 4))
         for name, config, stages, num_stages in arms:
             if stages is None:
