@@ -23,6 +23,8 @@ from vllm_gdn_invariant.cli.demo import TOKEN_BUDGET
 from vllm_gdn_invariant.models.tiny import DEMO_OTHER_WORDS
 from vllm_gdn_invariant.shadow.checker import MAX_IN_FLIGHT
 
+from .evidence_cases import cells
+
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "docs" / "evidence"
 ENGINE = EVIDENCE / "h200_engine"
@@ -326,25 +328,15 @@ def kernel_claims() -> list[str]:
     conv_sweep = load(EVIDENCE / "h200_engine" / "b5e4def" / "bench_decode_conv_state_first.json")
 
     def fp32_from_256(report: dict) -> list[float]:
-        return [
-            c["speed_vs_vllm_device"]
-            for c in report["cases"]
-            if (c["op"], c["state_dtype"]) == ("recurrent", "float32") and c["batch"] >= 256
-        ]
+        cases = cells(report["cases"], "recurrent", "float32", 256)
+        return [c["speed_vs_vllm_device"] for c in cases]
 
     def conv_device(report: dict) -> list[float]:
-        return [
-            c["speed_vs_vllm_device"]
-            for c in report["cases"]
-            if (c["op"], c["state_dtype"]) == ("conv", "bfloat16")
-        ]
+        return [c["speed_vs_vllm_device"] for c in cells(report["cases"], "conv", "bfloat16")]
 
     def swept(arm_row, low: int = 1) -> list[float]:
-        return [
-            c["us"]["vllm"] / arm_row(c)["us"]
-            for c in conv_sweep["cases"]
-            if (c["op"], c["state_dtype"]) == ("conv", "bfloat16") and c["batch"] >= low
-        ]
+        cases = cells(conv_sweep["cases"], "conv", "bfloat16", low)
+        return [c["us"]["vllm"] / arm_row(c)["us"] for c in cases]
 
     def shape_row(block_d: int, num_warps: int):
         return lambda c: next(

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from ..doc_blocks import marked_block
+from ..evidence_cases import cells
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
@@ -194,14 +195,8 @@ def test_the_latest_run_is_quoted():
     def device(op: str, state: str, low: int = 64, high: int = 1024) -> str:
         return device_span(cases, op, state, low, high, fmt=".3f")
 
-    conv_bf16 = {
-        c["batch"]: c for c in cases if (c["op"], c["state_dtype"]) == ("conv", "bfloat16")
-    }
-    conv_fp32 = min(
-        c["speed_vs_vllm_device"]
-        for c in cases
-        if (c["op"], c["state_dtype"]) == ("conv", "float32")
-    )
+    conv_bf16 = {c["batch"]: c for c in cells(cases, "conv", "bfloat16")}
+    conv_fp32 = min(c["speed_vs_vllm_device"] for c in cells(cases, "conv", "float32"))
     below = [b for b, c in conv_bf16.items() if c["speed_vs_vllm_device"] < 1]
     assert below == [2, 512]
     lowest = min(c["speed_vs_vllm_wall"] for c in cases if c["batch"] < 64)
@@ -256,16 +251,9 @@ def test_the_1ee138d_run_is_quoted():
 
 def test_the_12a52f9_run_is_quoted():
     cases = assert_stage_kernels_run_quoted(AT_12A52F9_RUN, "12a52f9")
-    fp32 = [
-        c["speed_vs_vllm_device"]
-        for c in cases
-        if (c["op"], c["state_dtype"]) == ("recurrent", "float32") and c["batch"] >= 256
-    ]
-    now = {
-        c["speed_vs_vllm_device"]
-        for c in json.loads((AT_1EE138D_RUN / "bench_decode.json").read_text())["cases"]
-        if (c["op"], c["state_dtype"]) == ("recurrent", "float32") and c["batch"] >= 256
-    }
+    fp32 = [c["speed_vs_vllm_device"] for c in cells(cases, "recurrent", "float32", 256)]
+    later = json.loads((AT_1EE138D_RUN / "bench_decode.json").read_text())["cases"]
+    now = {c["speed_vs_vllm_device"] for c in cells(later, "recurrent", "float32", 256)}
     assert (
         f"At B = 256 to 1024 the fp32 recurrent step went from {min(fp32):.3f}–{max(fp32):.3f}x "
         f"(12a52f9) to {min(now):.3f}x." in flat_doc()
@@ -493,21 +481,11 @@ def device_span(
 ) -> str:
     """``span_of`` the device-time ratio over ``cases`` of ``op`` and ``state`` with
     ``low <= B <= high``, with its ``x``."""
-    chosen = [
-        c for c in cases if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
-    ]
-    return span_of(chosen, "speed_vs_vllm_device", fmt=fmt) + "x"
+    return span_of(cells(cases, op, state, low, high), "speed_vs_vllm_device", fmt=fmt) + "x"
 
 
 def test_the_current_runs_quoted_ranges():
     every = json.loads(CURRENT.read_text())["cases"]
-
-    def of(op: str, state: str, low: int, high: int = 1024) -> list[dict]:
-        return [
-            c
-            for c in every
-            if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
-        ]
 
     def device(op: str, state: str, low: int, high: int = 1024) -> str:
         return device_span(every, op, state, low, high)
@@ -528,9 +506,7 @@ def test_the_current_runs_quoted_ranges():
         f"{device('decode_step', 'float32', 1, 32)} and {device('decode_step', 'bfloat16', 1, 32)}"
         f", the conv {device('conv', 'float32', 1, 32)} and {device('conv', 'bfloat16', 1, 32)}."
     ) in doc
-    before = [
-        c for c in current_cases() if (c["op"], c["state_dtype"]) == ("recurrent", "bfloat16")
-    ]
+    before = cells(current_cases(), "recurrent", "bfloat16")
     assert f"({span_of(before, 'speed_vs_vllm_device')}x at 613a30b's shapes)" in doc
     small_wall = min(c["speed_vs_vllm_wall"] for c in every if c["batch"] < 64)
     assert f"every op below B = 64 is {small_wall:.2f}x vLLM or more" in doc
@@ -546,7 +522,10 @@ def test_the_current_runs_quoted_ranges():
         f"µs, vLLM {min(rounds['vllm']):.1f}–{max(rounds['vllm']):.1f} µs"
     ) in doc
     assert f"and device time says {odd['speed_vs_vllm_device']:.2f}x" in doc
-    fp32, bf16 = of("recurrent", "float32", 64), of("recurrent", "bfloat16", 128)
+    fp32, bf16 = (
+        cells(every, "recurrent", "float32", 64),
+        cells(every, "recurrent", "bfloat16", 128),
+    )
     assert (
         f"vLLM moves its bytes at {span_of(fp32, 'fraction_of_copy', 'vllm')} of a same-size "
         f"device copy timed in the same rounds, ours at {span_of(fp32, 'fraction_of_copy', 'ours')}"
@@ -562,7 +541,7 @@ def test_the_current_runs_quoted_ranges():
         f"ran at {min(plain):.2f}–{max(plain):.2f}x vLLM at B >= 64 "
         f"({min(fma):.2f}–{max(fma):.2f}x with FMAs)"
     ) in doc
-    small = of("recurrent", "bfloat16", 1, 32)
+    small = cells(every, "recurrent", "bfloat16", 1, 32)
     assert (
         f"takes {span_of(small, 'kernel_us', 'ours', '.1f')} µs of device time against vLLM's "
         f"{span_of(small, 'kernel_us', 'vllm', '.1f')} µs"
