@@ -234,19 +234,22 @@ def compile_what_if(state_dtype: torch.dtype, batch: int, capability: int, fma: 
     return Arm(name, compiled, what_if_kernel.KERNEL_NAME, config.block_v, config.num_warps)
 
 
+def register_bound_programs(registers: int, num_warps: int) -> int:
+    """Programs of ``num_warps`` warps per SM that the registers allow."""
+    per_thread = -(-registers // REGISTER_UNIT) * REGISTER_UNIT
+    return REGISTERS // (per_thread * 32 * num_warps)
+
+
 def resident_warps(registers: int, num_warps: int) -> int:
     """Warps per SM that the registers allow, whole programs only."""
-    per_thread = -(-registers // REGISTER_UNIT) * REGISTER_UNIT
-    programs = REGISTERS // (per_thread * 32 * num_warps)
-    return min(MAX_WARPS // num_warps, programs) * num_warps
+    return min(MAX_WARPS // num_warps, register_bound_programs(registers, num_warps)) * num_warps
 
 
 def resident_programs(registers: int, num_warps: int, shared: int) -> tuple[int, str]:
     """Programs per SM and what bounds them: ``registers``, ``shared`` memory or ``programs``
     (the limit of programs or warps per SM), the first of them where several do."""
-    per_thread = -(-registers // REGISTER_UNIT) * REGISTER_UNIT
     bounds = {
-        "registers": REGISTERS // (per_thread * 32 * num_warps),
+        "registers": register_bound_programs(registers, num_warps),
         "shared": SHARED_PER_SM // (shared + SHARED_RESERVED),
         "programs": min(MAX_PROGRAMS, MAX_WARPS // num_warps),
     }
