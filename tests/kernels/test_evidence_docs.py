@@ -1,5 +1,7 @@
 """docs/kernels.md's speed tables and verdicts are what their evidence files say: the latest run
-(docs/evidence/h200_engine/b6f5081/, on an H100, the conv caches in vLLM's default layout), the
+(docs/evidence/h200_engine/4356317/, on an H100, with the device time with L2 flushed, the
+pipelined loop's variants and the engine's profiled rounds), the one at b6f5081 (on an H100, the
+conv caches in vLLM's default layout), the
 one at 1ee138d (h200_engine/1ee138d/, with its engine run and profile), the one at 12a52f9
 (h200_engine/12a52f9/, with its two engine runs), the one at fbcbb14
 (h200_engine/fbcbb14/, the host path on an H100), the one at ea50d1f
@@ -23,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from gdn_evidence.harness.pipelined_kernel import STAGES_PER_SHAPE
+
 from ..doc_blocks import marked_block
 from ..evidence_cases import cells
 
@@ -31,8 +35,9 @@ EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.js
 CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest H200 run of the kernels
 HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # an H100
 AT_EA50D1F = HOST_PATH / "bench_decode.json"
-LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "b6f5081"  # the latest run, an H100
+LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "4356317"  # the latest run, an H100
 LATEST = LATEST_RUN / "bench_decode.json"
+AT_B6F5081_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "b6f5081"  # an H100
 AT_1EE138D_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "1ee138d"  # an H100
 AT_12A52F9_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "12a52f9"  # an H100
 AT_FBCBB14_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "fbcbb14"  # an H100
@@ -173,13 +178,13 @@ def test_the_triton_functions_are_those_the_h200_run_timed():
         assert then and now == then, name
 
 
-def test_the_latest_run_is_quoted():
-    report = json.loads(LATEST.read_text())
+def test_the_b6f5081_run_is_quoted():
+    report = json.loads((AT_B6F5081_RUN / "bench_decode.json").read_text())
     cases = report["cases"]
     assert report["provenance"]["git_commit"] == "b6f5081" and report["complete"]
     assert not report["provenance"]["git_dirty"]
     assert report["settings"]["conv_layout"] == "state-first"
-    assert "171 passed" in (LATEST_RUN / "pytest_kernels.log").read_text()
+    assert "171 passed" in (AT_B6F5081_RUN / "pytest_kernels.log").read_text()
     (miss,) = report["summary"]["api_bound_misses"]
     assert (miss["op"], miss["state_dtype"], miss["batch"]) == ("conv", "float32", 128)
     earlier = [
@@ -222,14 +227,14 @@ def test_the_latest_run_is_quoted():
     )
 
 
-def assert_stage_kernels_run_quoted(run: Path, commit: str) -> list[dict]:
-    """A clean stage ``kernels`` run at ``commit`` with the whole GPU matrix passed and the API
-    bound met everywhere, quoted in one sentence; returns its cases."""
+def assert_stage_kernels_run_quoted(run: Path, commit: str, passed: int = 171) -> list[dict]:
+    """A clean stage ``kernels`` run at ``commit`` with the whole GPU matrix (``passed`` cases)
+    passed and the API bound met everywhere, quoted in one sentence; returns its cases."""
     report = json.loads((run / "bench_decode.json").read_text())
     cases = report["cases"]
-    assert report["provenance"]["git_commit"] == commit and report["complete"]
+    assert report["provenance"]["git_commit"][:7] == commit and report["complete"]
     assert not report["provenance"]["git_dirty"] and report["summary"]["api_bound_misses"] == []
-    assert "171 passed" in (run / "pytest_kernels.log").read_text()
+    assert f"{passed} passed" in (run / "pytest_kernels.log").read_text()
 
     def device(op: str, state: str) -> str:
         return device_span(cases, op, state, 64, fmt=".3f")
@@ -268,6 +273,165 @@ def own_throughput_spread(report: dict) -> list[float]:
         / min(r[arm]["decode"]["output_tok_s"] for r in report["rounds"])
         for arm in ("route", "golden")
     ]
+
+
+def test_the_4356317_run_and_its_l2_flushed_device_time_are_quoted():
+    cases = assert_stage_kernels_run_quoted(LATEST_RUN, "4356317", passed=173)
+    doc = flat_doc()
+    assert "the 173 cases of" in doc
+    conv = cells(cases, "conv", "bfloat16")
+    below = {c["batch"]: c["speed_vs_vllm_device"] for c in conv if c["speed_vs_vllm_device"] < 1}
+    assert list(below) == [2, 512]
+    assert min(c["speed_vs_vllm_device_cold"] for c in conv) >= 1
+    assert (
+        f"With L2 flushed the conv with a bf16 cache is "
+        f"{span_of(conv, 'speed_vs_vllm_device_cold', fmt='.3f')}x vLLM's at every B (device time "
+        f"as profiled back to back: {span_of(conv, 'speed_vs_vllm_device', fmt='.3f')}x, below 1 "
+        f"at B = 2, {below[2]:.3f}x, and B = 512, {below[512]:.3f}x," in doc
+    )
+    large, small = (
+        span_of(
+            cells(cases, "recurrent", "bfloat16", low, high), "speed_vs_vllm_device_cold", fmt=".3f"
+        )
+        for low, high in ((64, 1024), (1, 32))
+    )
+    assert f"B >= 64 ({large}x flushed;" in doc
+    assert f"below B = 64 the flushed ratio is {small}x." in doc
+
+
+def pipelined_shape(variant: str) -> str:
+    """The arm that times ``variant``'s launch shape unpipelined: ``ours`` for the default."""
+    return next(
+        shape or "ours"
+        for shape, all_stages in STAGES_PER_SHAPE
+        for stages in all_stages
+        if variant == f"pipelined_s{stages}" + (f"_{shape}" if shape else "")
+    )
+
+
+def test_the_pipelined_loop_timed_is_quoted():
+    report = json.loads((LATEST_RUN / "bench_decode_pipelined.json").read_text())
+    assert report["provenance"]["git_commit"][:7] == "4356317" and report["complete"]
+    assert not report["provenance"]["git_dirty"]
+    sets = [(c["state_dtype"], c["batch"], c["pipelined"]) for c in report["cases"]]
+    assert all(all(p["same_bits"].values()) for _, _, p in sets)
+    compared = sum(len(p["same_bits"]) for _, _, p in sets)
+
+    def fastest(p: dict, key: str = "speed_vs_vllm_device") -> float:
+        return max(v for k, v in p[key].items() if k.startswith("pipelined_"))
+
+    def ratios(state: str, value, low: int = 64) -> list[float]:
+        return [value(p) for s, b, p in sets if s == state and b >= low]
+
+    def span(values: list[float], fmt: str = ".3f") -> str:
+        return f"{min(values):{fmt}}–{max(values):{fmt}}x"
+
+    assert all(fastest(p) < p["speed_vs_vllm_device"]["ours"] for _, b, p in sets if b >= 32)
+    device = "speed_vs_vllm_device"
+    ours = {s: span(ratios(s, lambda p: p[device]["ours"])) for s in STATE}
+    best = {s: span(ratios(s, fastest)) for s in STATE}
+    best_cold = span(ratios("bfloat16", lambda p: fastest(p, "speed_vs_vllm_device_cold")))
+    alone = {
+        s: [
+            v / p[device][pipelined_shape(k)]
+            for p in ratios(s, lambda p: p)
+            for k, v in p[device].items()
+            if k.startswith("pipelined_")
+        ]
+        for s in STATE
+    }
+    slab = span(ratios("bfloat16", lambda p: p[device]["pipelined_s3_w1c16_slab"]))
+    slab_alone = span(ratios("bfloat16", lambda p: p[device]["w1c16_slab"]))
+    wide = ("pipelined_s2_w2c4", "pipelined_s2_w4c4", "pipelined_s3_w4c4")
+    many_warps = span(
+        [v for k in wide for v in ratios("float32", lambda p, k=k: p[device][k], 256)], ".2f"
+    )
+    doc = flat_doc()
+    assert f"every variant gave ours' bits in all {compared} comparisons" in doc
+    assert (
+        f"At B >= 64 with a bf16 state ours ran at {ours['bfloat16']} vLLM's device time and the "
+        f"fastest pipelined variant of each B at {best['bfloat16']} ({best_cold} with L2 flushed); "
+        f"with fp32 ours {ours['float32']} and the fastest variant {best['float32']}." in doc
+    )
+    assert (
+        f"pipelining alone moved a bf16 state's time by {span(alone['bfloat16'])} at B >= 64" in doc
+    )
+    assert (
+        f"the most promising on paper, {slab} vLLM's with three stages against {slab_alone}" in doc
+    )
+    assert f"with fp32 it gained up to {max(alone['float32']):.3f}x at the one-slab shapes" in doc
+    assert f"ran at {many_warps} vLLM's from B = 256" in doc
+    passed = {
+        (s, b): sorted(
+            v for k, v in p[device].items() if k.startswith("pipelined_") and v > p[device]["ours"]
+        )
+        for s, b, p in sets
+    }
+    assert {key: len(v) for key, v in passed.items() if v} == {
+        ("float32", 16): 3,
+        ("float32", 8): 1,
+    }
+    fp32 = {b: p[device] for s, b, p in sets if s == "float32"}
+    assert (
+        f"three variants passed ours at B = 16 (up to {passed['float32', 16][-1]:.3f}x against "
+        f"ours' {fp32[16]['ours']:.3f}x; ours' own 32 rows over 2 warps, unpipelined, gave "
+        f"{fp32[16]['w2c4']:.3f}x there" in doc
+    )
+    assert f"one at B = 8 ({passed['float32', 8][0]:.3f}x against {fp32[8]['ours']:.3f}x)" in doc
+
+
+def test_the_4356317_engine_profile_and_the_deep_model_attempts_are_quoted():
+    report = json.loads((LATEST_RUN / "bench_engine_golden_profile.json").read_text())
+    assert report["provenance"]["git_commit"][:7] == "4356317"
+    assert not report["provenance"]["git_dirty"]
+    profile = report["profile"]
+    assert profile["workload"] == "decode"
+    route, golden = (profile["device_us_rounds"][arm] for arm in ("route", "golden"))
+    versus = profile["vs_route"]["golden"]
+    by_round = versus["device_time_ratio_rounds"]
+    assert by_round == pytest.approx([g / r for g, r in zip(golden, route, strict=True)], abs=2e-3)
+    spread = versus["device_time_ratio_spread"]
+    first = {arm: profile["arms"][arm]["categories_us"] for arm in ("route", "golden")}
+    gdn = first["route"]["gdn_decode"], first["golden"]["gdn_decode"]
+    conv = first["route"]["gdn_conv"], first["golden"]["gdn_conv"]
+    (timed,) = report["rounds"]
+    seconds = timed["golden"]["decode"]["seconds"], timed["route"]["decode"]["seconds"]
+    ratio = report["summary"]["ratios"]["golden"]["decode_throughput_vs_route"]
+    doc = flat_doc()
+    assert (
+        f"route's kernels took {min(route) / 1e3:.2f}–{max(route) / 1e3:.2f} ms on the device, "
+        f"golden's {min(golden) / 1e3:.2f}–{max(golden) / 1e3:.2f} ms; golden/route "
+        f"{by_round[0]:.4f}, {by_round[1]:.4f} and {by_round[2]:.4f} by round (spread "
+        f"{100 * spread['spread']:.2f} %), so where the engine is bound by the GPU mode golden's "
+        f"decode throughput is {1 / spread['median']:.3f}x mode route's." in doc
+    )
+    assert (
+        f"({gdn[1] / 1e3:.2f} against {gdn[0] / 1e3:.2f} ms in the first round, "
+        f"{gdn[0] / gdn[1]:.3f}x:" in doc
+    )
+    assert (
+        f"mode golden's conv took less ({conv[1] / 1e3:.2f} against {conv[0] / 1e3:.2f} ms)" in doc
+    )
+    assert (
+        f"The one timed round gave {ratio:.3f}x ({seconds[0]:.2f} against {seconds[1]:.2f} s)"
+        in doc
+    )
+    refused = json.loads((LATEST_RUN / "bench_engine_golden_48l_kv8.json").read_text())
+    assert refused["provenance"]["model"]["num_hidden_layers"] == 48
+    assert all(e["status"] == "FAILED" for e in refused["engines"].values())
+    assert (
+        "max_num_seqs (1024) exceeds available Mamba cache blocks (642)"
+        in (refused["engines"]["route"]["root_cause"])
+    )
+    lost = json.loads((LATEST_RUN / "bench_engine_golden_48l.json").read_text())
+    assert lost["provenance"]["engine"]["kv_cache_gib"] == 13.5 and lost["rounds"] == []
+    started = [float(e["start_seconds"]) for e in lost["engines"].values()]
+    assert all(e["status"] == "READY" for e in lost["engines"].values())
+    assert "BrokenPipeError" in (LATEST_RUN / "bench_engine_golden_48l.log").read_text()
+    assert (
+        f"with `--kv-cache-gib 13.5` both engines started ({max(started):.0f} s) and the route "
+        "engine's process had exited" in doc
+    )
 
 
 def test_the_1ee138d_engine_run_and_its_profile_are_quoted():
@@ -456,8 +620,9 @@ def test_the_host_path_run_is_quoted():
         (AT_EA50D1F, "bench-decode-table-ea50d1f"),
         (CURRENT, "bench-decode-table"),
         (AT_613A30B, "bench-decode-table-613a30b"),
+        (LATEST, "bench-decode-table-4356317"),
     ],
-    ids=["fbcbb14", "ea50d1f", "6aa67cf", "613a30b"],
+    ids=["fbcbb14", "ea50d1f", "6aa67cf", "613a30b", "4356317"],
 )
 def test_each_table_is_its_evidence_file(evidence, marker):
     table = subprocess.run(
