@@ -43,17 +43,28 @@ The model has Qwen3-Next's GDN dimensions per layer (16 key heads, 32 value head
 heads, 4-wide conv) with fewer layers and experts (``BENCH_QWEN3_NEXT``), and dummy weights: the
 time goes to the same kernels as the full model's GDN layers. ``--num-layers`` sets its layers
 (Qwen3-Next's 48 make a step's device time a larger share of the step than the bench model's 8).
+``--max-num-seqs`` sets vLLM's ``max_num_seqs`` (recorded in the provenance's engine spec): a
+deep model's engine refuses to start where vLLM's default exceeds its Mamba cache blocks.
+
+An engine that exits, answers FAILED or gives no answer in ``--op-timeout`` during the rounds
+or the profile ends the run: its entry in ``engines`` records ``status`` (``DIED``, ``FAILED``
+or ``TIMEOUT``), the ``op`` and ``round`` it was asked, its ``returncode`` where it has exited,
+the ``error``, the ``root_cause`` line and the last lines of its log (``log_tail``); the
+rounds finished before it and their summary stay, one line on stderr names it, and the exit
+status is 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import hashlib
 import json
 import math
 import operator
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -115,32 +126,9 @@ def serve(spec: dict[str, Any]) -> None:
         print(PROTOCOL + kind + " " + json.dumps(payload), flush=True)
 
     started = time.monotonic()
-    kwargs: dict[str, Any] = dict(
-        model=spec["model_dir"],
-        load_format="dummy",
-        tensor_parallel_size=spec["tensor_parallel_size"],
-        max_model_len=2048,
-        enforce_eager=not spec["cuda_graphs"],
-        enable_prefix_caching=False,
-        seed=0,
-        **engine_options(
-            spec["attention_backend"],
-            spec["prefill_backend"],
-            spec["gpu_memory_utilization"],
-            spec["kv_cache_gib"],
-        ),
-    )
-    profile_dir = Path(spec["profile_root"], spec["arm"]) if spec.get("profile_root") else None
-    if profile_dir is not None:
-        kwargs["profiler_config"] = {
-            "profiler": "torch",
-            "torch_profiler_dir": str(profile_dir),
-            "torch_profiler_with_stack": False,
-            "torch_profiler_use_gzip": False,
-            "ignore_frontend": True,
-        }
+    profile_dir = profile_folder(spec)
     try:
-        llm = LLM(**kwargs)
+        llm = LLM(**serve_kwargs(spec))
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         say("FAILED", {"error": f"{type(exc).__name__}: {exc}"})
         return
@@ -198,6 +186,44 @@ def serve(spec: dict[str, Any]) -> None:
             say("FAILED", {"error": f"unknown op {op!r}"})
 
 
+def profile_folder(spec: dict[str, Any]) -> Path | None:
+    """The folder of an engine's profiler traces, None where it does not profile."""
+    return Path(spec["profile_root"], spec["arm"]) if spec.get("profile_root") else None
+
+
+def serve_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    """The ``LLM`` keyword arguments of an engine's ``spec``: dummy weights, its TP size, CUDA
+    graphs, backends, memory share, KV cache, ``max_num_seqs`` where the spec has one (else
+    vLLM's default), and the torch profiler where it profiles."""
+    kwargs: dict[str, Any] = dict(
+        model=spec["model_dir"],
+        load_format="dummy",
+        tensor_parallel_size=spec["tensor_parallel_size"],
+        max_model_len=2048,
+        enforce_eager=not spec["cuda_graphs"],
+        enable_prefix_caching=False,
+        seed=0,
+        **engine_options(
+            spec["attention_backend"],
+            spec["prefill_backend"],
+            spec["gpu_memory_utilization"],
+            spec["kv_cache_gib"],
+        ),
+    )
+    if spec.get("max_num_seqs"):
+        kwargs["max_num_seqs"] = spec["max_num_seqs"]
+    profile_dir = profile_folder(spec)
+    if profile_dir is not None:
+        kwargs["profiler_config"] = {
+            "profiler": "torch",
+            "torch_profiler_dir": str(profile_dir),
+            "torch_profiler_with_stack": False,
+            "torch_profiler_use_gzip": False,
+            "ignore_frontend": True,
+        }
+    return kwargs
+
+
 def trace_files(folder: Path, settle: float = 60.0, earlier: frozenset = frozenset()) -> list[Path]:
     """The traces under ``folder`` but ``earlier``'s, once there are some and their sizes stop
     changing (at most ``settle`` s)."""
@@ -252,24 +278,76 @@ def pin_to(cpus: list[int] | None) -> Callable[[], None] | None:
     return functools.partial(os.sched_setaffinity, 0, cpus)
 
 
+LOG_TAIL_LINES = 40
+LOST_STATUS = {"EXIT": "DIED", "FAILED": "FAILED", "TIMEOUT": "TIMEOUT"}
+
+
+class EngineLost(RuntimeError):
+    """An engine that gave no answer to ``op``: ``status`` DIED (it exited, or its stdin is
+    closed), FAILED (it answered FAILED) or TIMEOUT; the round it was asked in (1-based, set by
+    :func:`ask_round`), its return code where it has exited, the error, and its log's root
+    cause and last :data:`LOG_TAIL_LINES` lines."""
+
+    def __init__(
+        self, arm: str, op: str, status: str, returncode: int | None, error: str | None, log: str
+    ) -> None:
+        super().__init__(arm, op, status)
+        self.arm, self.op, self.status = arm, op, status
+        self.returncode, self.error = returncode, error
+        self.round: int | None = None
+        self.root_cause = root_cause(log)
+        self.log_tail = log.splitlines()[-LOG_TAIL_LINES:]
+
+    def record(self) -> dict[str, Any]:
+        """The report's fields for the lost engine."""
+        return {
+            "status": self.status,
+            "op": self.op,
+            "round": self.round,
+            "returncode": self.returncode,
+            "error": self.error,
+            "root_cause": self.root_cause,
+            "log_tail": self.log_tail,
+        }
+
+    def __str__(self) -> str:
+        cause = self.root_cause or self.error or "no error line in its log"
+        return (
+            f"engine {self.arm} {self.status} at op {self.op!r} in round {self.round} "
+            f"(return code {self.returncode}): {cause}"
+        )
+
+
+def serve_command(arm: str, spec: dict[str, Any]) -> list[str]:
+    """The command line of ``arm``'s engine process: this module serving ``spec``."""
+    return [
+        sys.executable,
+        "-m",
+        "gdn_evidence.e2e.bench",
+        "--serve",
+        json.dumps({**spec, "arm": arm}),
+    ]
+
+
 class Engine:
     """One arm's engine process and its protocol lines."""
 
     def __init__(
-        self, arm: str, spec: dict[str, Any], site: Path, log: Path, cpus: list[int] | None = None
+        self,
+        arm: str,
+        spec: dict[str, Any],
+        site: Path,
+        log: Path,
+        cpus: list[int] | None = None,
+        command: list[str] | None = None,
     ) -> None:
-        """``cpus``: the CPUs the engine's processes run on (all of them inherit it)."""
+        """``cpus``: the CPUs the engine's processes run on (all of them inherit it);
+        ``command``: the process's command line (default :func:`serve_command`)."""
         self.arm = arm
         env = arm_env(arm, spec, site)
         self.log = log.open("w")
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gdn_evidence.e2e.bench",
-                "--serve",
-                json.dumps({**spec, "arm": arm}),
-            ],
+            command or serve_command(arm, spec),
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -279,7 +357,8 @@ class Engine:
         )
         self.lines: list[tuple[str, dict[str, Any]]] = []
         self.cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -313,13 +392,26 @@ class Engine:
                 self.cond.wait(left)
 
     def ask(self, op: str, timeout: float) -> dict[str, Any]:
+        """The engine's answer to ``op``; :class:`EngineLost` where it gives none."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(op + "\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(op + "\n")
+            self.proc.stdin.flush()
+        except OSError as exc:  # BrokenPipeError: the process has exited
+            self.reader.join(10.0)  # its last output, in the log
+            raise self.lost(op, "DIED", {"error": f"{type(exc).__name__}: {exc}"}) from None
         kind, payload = self.wait_for({op}, timeout)
         if kind != op:
-            raise RuntimeError(f"{self.arm}: {kind} {payload}")
+            raise self.lost(op, LOST_STATUS.get(kind, kind), payload)
         return payload
+
+    def lost(self, op: str, status: str, payload: dict[str, Any]) -> EngineLost:
+        """:class:`EngineLost` for ``op`` from the engine's answer ``payload`` and its log."""
+        with self.cond:
+            self.log.flush()
+        log = Path(self.log.name).read_text(errors="replace")
+        returncode = payload.get("returncode", self.proc.poll())
+        return EngineLost(self.arm, op, status, returncode, payload.get("error"), log)
 
     def plugin_lines(self) -> list[str]:
         """The plugin's one-line reports of this engine's processes."""
@@ -335,6 +427,11 @@ class Engine:
                 self.proc.wait(timeout=60)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:  # a write the exited process never read
+            pass
         self.log.close()
 
 
@@ -542,6 +639,18 @@ def round_order(arms: list[str], r: int) -> list[str]:
     return arms[r % len(arms) :] + arms[: r % len(arms)]
 
 
+def ask_round(
+    engine: Engine, ops: list[str], timeout: float, round_number: int
+) -> dict[str, dict[str, Any]]:
+    """``engine``'s answers to ``ops`` in round ``round_number`` (1-based); an
+    :class:`EngineLost` on the way names that round."""
+    try:
+        return {op: engine.ask(op, timeout) for op in ops}
+    except EngineLost as lost:
+        lost.round = round_number
+        raise
+
+
 def profile(
     engines: dict[str, Engine],
     ready: list[str],
@@ -554,12 +663,16 @@ def profile(
     vLLM's (``vs_vllm``), or against mode route's where vLLM alone did not run (``vs_route``).
     With more than one round, also each arm's device time per round (``device_us_rounds``) and,
     per other arm, its device time over the base arm's per round with their spread
-    (``device_time_ratio_rounds``, ``device_time_ratio_spread``: ``ratio_spread``)."""
+    (``device_time_ratio_rounds``, ``device_time_ratio_spread``: ``ratio_spread``). An engine
+    that gives no profile raises :class:`EngineLost` (op ``profile``, its profile round)."""
     result: dict[str, Any] = {"workload": workload}
     per_round: list[dict[str, Any]] = []
     for r in range(rounds):
         order = round_order(ready, r)
-        done = {arm: engines[arm].ask("profile", 3 * timeout) for arm in order}
+        done = {
+            arm: ask_round(engines[arm], ["profile"], 3 * timeout, r + 1)["profile"]
+            for arm in order
+        }
         per_round.append(done)
         for arm in order:
             summary = done[arm]
@@ -601,6 +714,17 @@ def bench_model(tiny: bool, num_layers: int | None) -> dict[str, Any]:
     return {**model, "num_hidden_layers": num_layers}
 
 
+def positive_int(text: str) -> int:
+    """``text`` as an integer of at least 1 (argparse's error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench_engine.py",
@@ -625,6 +749,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eager", action="store_true", help="enforce_eager (no CUDA graphs)")
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     add_engine_arguments(parser, gpu_memory_utilization=0.25, kv_cache_gib=8.0)
+    parser.add_argument(
+        "--max-num-seqs",
+        type=positive_int,
+        default=None,
+        help="vLLM's max_num_seqs (default: vLLM's); a deep model's engine refuses to start "
+        "where it exceeds the Mamba cache blocks its memory holds",
+    )
     parser.add_argument(
         "--start",
         choices=("concurrent", "sequential"),
@@ -733,7 +864,8 @@ def main(argv: list[str] | None = None) -> int:
             pinned = dict(zip(arms, cpu_sets(os.sched_getaffinity(0), len(arms)), strict=True))
         except ValueError as exc:
             parser.error(f"--pin-cpus: {exc}")
-    work = Path(tempfile.mkdtemp(prefix="gdn_bench_"))
+    work = Path(tempfile.mkdtemp(prefix="gdn_bench_"))  # the model, logs, traces
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     site = plugin_site(work / "plugin-site")
     model_dir = write_tiny_model(work / "model", **model)
     spec = {
@@ -744,6 +876,7 @@ def main(argv: list[str] | None = None) -> int:
         "cuda_graphs": not args.eager,
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "kv_cache_gib": args.kv_cache_gib or None,
+        "max_num_seqs": args.max_num_seqs,
         "attention_backend": args.attention_backend or None,
         "prefill_backend": args.prefill_backend or None,
         "profile_root": str(work / "profile") if args.profile else None,
@@ -770,6 +903,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(report, indent=1))
 
     engines: dict[str, Engine] = {}
+    lost: EngineLost | None = None
     try:
         for arm in arms:
             cpus = pinned.get(arm)
@@ -792,7 +926,7 @@ def main(argv: list[str] | None = None) -> int:
             order = round_order(ready, r)
             done: dict[str, Any] = {"order": order}
             for arm in order:
-                done[arm] = {op: engines[arm].ask(op, args.op_timeout) for op in workloads}
+                done[arm] = ask_round(engines[arm], workloads, args.op_timeout, r + 1)
             report["rounds"].append(done)
             report["summary"] = summarize(report["rounds"])
             write()
@@ -802,11 +936,17 @@ def main(argv: list[str] | None = None) -> int:
                 engines, ready, args.op_timeout, args.profile, args.profile_rounds
             )
             write()
+    except EngineLost as exc:
+        lost = exc
+        report["engines"][exc.arm].update(exc.record())
     finally:
         for engine in engines.values():
             engine.stop()
         write()
     print(json.dumps(report.get("summary", {}), indent=1))
+    if lost is not None:
+        print(f"bench_engine: {lost}; report: {args.out}", file=sys.stderr, flush=True)
+        return 1
     return 0 if len(report["rounds"]) == args.rounds else 1
 
 
