@@ -23,6 +23,11 @@
 #   golden-profile mode golden against mode route by device time: one short timed round, then
 #                 3 profiled decode runs per arm, arms alternating (each round's device-time
 #                 ratio and their spread, which the host's noise does not move)
+#   golden-deep   golden-bench's decode workload (512 new tokens, 7 rounds, then 3 profiled
+#                 runs per arm) with a deeper bench model: DEEP_LAYERS layers (default 24, a
+#                 multiple of 4). With 48 the default 8 GiB KV cache held 642 Mamba cache
+#                 blocks, fewer than vLLM's default 1024 sequences, and vLLM refused to start:
+#                 set DEEP_MAX_NUM_SEQS (e.g. 256); 24 layers should hold about twice as many
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
 #                 GPU; copy $OUT/bench_decode.json to docs/evidence/); needs no stage.sh
@@ -110,6 +115,13 @@ case $stage in
       --workloads decode --decode-new-tokens 256 --rounds 1 --start-timeout 300 --pin-cpus \
       --profile decode --profile-rounds 3 --out "$out/bench_engine_golden_profile.json"
     ;;
+  golden-deep)
+    job bench_engine_golden_deep python scripts/bench_engine.py --arms route,golden \
+      --workloads decode --decode-new-tokens 512 --rounds 7 --start-timeout 400 --pin-cpus \
+      --num-layers "${DEEP_LAYERS:-24}" --gpu-memory-utilization 0.4 \
+      ${DEEP_MAX_NUM_SEQS:+--max-num-seqs "$DEEP_MAX_NUM_SEQS"} --profile decode \
+      --profile-rounds 3 --out "$out/bench_engine_golden_deep.json"
+    ;;
   kernels)
     now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \
       tests/gpu/test_kernels_bitwise.py tests/gpu/test_kernels_launch.py \
@@ -186,7 +198,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, kernels, kernel-sweep, pipelined, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, kernels, kernel-sweep, pipelined, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac
