@@ -28,10 +28,12 @@ thread holds over the step (BV * chunks * K / threads per program).
 from __future__ import annotations
 
 import ast
+import atexit
 import collections
 import functools
 import importlib.util
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +112,9 @@ def vllm_kernel(source: Path) -> triton.runtime.JITFunction:
         raise ValueError(f"{source} has no function {VLLM_KERNEL}")
     body = text.splitlines()[node.lineno - 1 : node.end_lineno]  # def line to the end
     header = "import triton\nimport triton.language as tl\n\nexp = tl.exp\n\n\n@triton.jit\n"
-    path = Path(tempfile.mkdtemp(prefix="vllm_packed_decode_")) / "vllm_packed_decode.py"
+    folder = Path(tempfile.mkdtemp(prefix="vllm_packed_decode_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = folder / "vllm_packed_decode.py"
     path.write_text(header + "\n".join(body) + "\n")
     spec = importlib.util.spec_from_file_location("vllm_packed_decode", path)
     module = importlib.util.module_from_spec(spec)
