@@ -61,7 +61,10 @@
 # cache from the memory the others happen to hold at that moment.
 # Merge afterwards: python scripts/e2e_determinism.py --out docs/evidence/e2e_determinism.json \
 #   --merge <the e2e_*.json files>
+# EVIDENCE_DRY_RUN=1 prints each job's command line (shell-quoted, one a line) instead of
+# running it (tests/harness/test_evidence_stages.py parses them with their scripts' parsers).
 set -u
+dry=${EVIDENCE_DRY_RUN:-}
 out=$1
 stage=$2
 limit=${3:-560}
@@ -74,12 +77,14 @@ pids=()
 job() {  # job NAME COMMAND...: run in the background, cut at $limit, log to $out/NAME.log
   local name=$1
   shift
+  if [ -n "$dry" ]; then printf '%q ' "$@"; echo; return; fi
   timeout "$limit" "$@" > "$out/$name.log" 2>&1 &
   pids+=($!)
 }
 now() {  # now NAME SECONDS COMMAND...: run in the foreground, cut at SECONDS
   local name=$1 seconds=$2
   shift 2
+  if [ -n "$dry" ]; then printf '%q ' "$@"; echo; return; fi
   timeout "$seconds" "$@" > "$out/$name.log" 2>&1
   echo "job $name exit $?"
 }
@@ -202,6 +207,7 @@ case $stage in
     exit 2
     ;;
 esac
+[ -n "$dry" ] && exit 0
 for pid in "${pids[@]}"; do
   wait "$pid"
   echo "job pid $pid exit $?"
