@@ -25,9 +25,9 @@
 #                 ratio and their spread, which the host's noise does not move)
 #   golden-deep   golden-bench's decode workload (512 new tokens, 7 rounds, then 3 profiled
 #                 runs per arm) with a deeper bench model: DEEP_LAYERS layers (default 24, a
-#                 multiple of 4). With 48 the default 8 GiB KV cache held 642 Mamba cache
-#                 blocks, fewer than vLLM's default 1024 sequences, and vLLM refused to start:
-#                 set DEEP_MAX_NUM_SEQS (e.g. 256); 24 layers should hold about twice as many
+#                 multiple of 4) and max_num_seqs DEEP_MAX_NUM_SEQS (default 256, above the
+#                 workload's 128 sequences): with 48 layers the default 8 GiB KV cache held 642
+#                 Mamba cache blocks, and vLLM refused its default 1024 sequences
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
 #                 GPU; copy $OUT/bench_decode.json to docs/evidence/); needs no stage.sh
@@ -124,7 +124,7 @@ case $stage in
     job bench_engine_golden_deep python scripts/bench_engine.py --arms route,golden \
       --workloads decode --decode-new-tokens 512 --rounds 7 --start-timeout 400 --pin-cpus \
       --num-layers "${DEEP_LAYERS:-24}" --gpu-memory-utilization 0.4 \
-      ${DEEP_MAX_NUM_SEQS:+--max-num-seqs "$DEEP_MAX_NUM_SEQS"} --profile decode \
+      --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --profile decode \
       --profile-rounds 3 --out "$out/bench_engine_golden_deep.json"
     ;;
   kernels)

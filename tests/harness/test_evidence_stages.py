@@ -47,7 +47,7 @@ for argv in argvs:
 """
 
 ENVIRONMENTS = {  # stage: the extra environments its command lines are checked under
-    "golden-deep": [{"DEEP_LAYERS": "48", "DEEP_MAX_NUM_SEQS": "256"}],
+    "golden-deep": [{"DEEP_LAYERS": "48", "DEEP_MAX_NUM_SEQS": "512"}],
 }
 
 
