@@ -354,7 +354,8 @@ def test_the_pipelined_loop_timed_is_quoted():
         f"with fp32 ours {ours['float32']} and the fastest variant {best['float32']}." in doc
     )
     assert (
-        f"pipelining alone moved a bf16 state's time by {span(alone['bfloat16'])} at B >= 64" in doc
+        f"pipelining alone gave a bf16 state {span(alone['bfloat16'])} ours' speed at B >= 64"
+        in doc
     )
     assert (
         f"the most promising on paper, {slab} vLLM's with three stages against {slab_alone}" in doc
