@@ -57,18 +57,15 @@ status is 1.
 from __future__ import annotations
 
 import argparse
-import atexit
 import functools
 import hashlib
 import json
 import math
 import operator
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -81,6 +78,7 @@ from gdn_evidence.e2e.kernel_profile import compare_to, kernel_time_summary
 from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
 from gdn_evidence.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel
 from gdn_evidence.harness import provenance
+from gdn_evidence.harness.scratch import scratch_folder
 from vllm_gdn_invariant.models.tiny import (
     BENCH_QWEN3_NEXT,
     TINY_QWEN3_NEXT,
@@ -405,17 +403,20 @@ class Engine:
             raise self.lost(op, LOST_STATUS.get(kind, kind), payload)
         return payload
 
-    def lost(self, op: str, status: str, payload: dict[str, Any]) -> EngineLost:
-        """:class:`EngineLost` for ``op`` from the engine's answer ``payload`` and its log."""
+    def log_text(self) -> str:
+        """What the engine's processes have written to its log so far."""
         with self.cond:
             self.log.flush()
-        log = Path(self.log.name).read_text(errors="replace")
+        return Path(self.log.name).read_text(errors="replace")
+
+    def lost(self, op: str, status: str, payload: dict[str, Any]) -> EngineLost:
+        """:class:`EngineLost` for ``op`` from the engine's answer ``payload`` and its log."""
         returncode = payload.get("returncode", self.proc.poll())
-        return EngineLost(self.arm, op, status, returncode, payload.get("error"), log)
+        return EngineLost(self.arm, op, status, returncode, payload.get("error"), self.log_text())
 
     def plugin_lines(self) -> list[str]:
         """The plugin's one-line reports of this engine's processes."""
-        lines = Path(self.log.name).read_text(errors="replace").splitlines()
+        lines = self.log_text().splitlines()
         return [line.strip() for line in lines if "gdn_invariant" in line and "[pid" in line][:6]
 
     def stop(self) -> None:
@@ -864,8 +865,7 @@ def main(argv: list[str] | None = None) -> int:
             pinned = dict(zip(arms, cpu_sets(os.sched_getaffinity(0), len(arms)), strict=True))
         except ValueError as exc:
             parser.error(f"--pin-cpus: {exc}")
-    work = Path(tempfile.mkdtemp(prefix="gdn_bench_"))  # the model, logs, traces
-    atexit.register(shutil.rmtree, work, ignore_errors=True)
+    work = scratch_folder("gdn_bench_")  # the model, logs, traces
     site = plugin_site(work / "plugin-site")
     model_dir = write_tiny_model(work / "model", **model)
     spec = {
@@ -918,8 +918,7 @@ def main(argv: list[str] | None = None) -> int:
         for arm, engine in engines.items():
             report["engines"][arm]["plugin_log"] = engine.plugin_lines()
             if report["engines"][arm]["status"] != "READY":
-                log = Path(engine.log.name).read_text(errors="replace")
-                report["engines"][arm]["root_cause"] = root_cause(log)
+                report["engines"][arm]["root_cause"] = root_cause(engine.log_text())
         write()
         ready = [a for a in arms if report["engines"][a]["status"] == "READY"]
         for r in range(args.rounds):

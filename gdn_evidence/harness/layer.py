@@ -11,21 +11,19 @@ scheduler orders them.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import json
-import shutil
-import tempfile
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from unittest import mock
 
 import torch
 
 from vllm_gdn_invariant.models.tiny import TINY_QWEN3_NEXT
+
+from .scratch import scratch_folder
 
 PREFIX = "model.layers.0.linear_attn"
 BLOCK_SIZE = 16
@@ -96,8 +94,7 @@ def make_vllm_config(
     """
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 
-    folder = Path(tempfile.mkdtemp(prefix="gdn_harness_"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    folder = scratch_folder("gdn_harness_")
     max_len = 32768
     config = {
         **TINY_QWEN3_NEXT,

@@ -28,13 +28,10 @@ thread holds over the step (BV * chunks * K / threads per program).
 from __future__ import annotations
 
 import ast
-import atexit
 import collections
 import functools
 import importlib.util
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +42,7 @@ from vllm_gdn_invariant.kernels import codegen, recurrent
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
 from . import launch_shapes, pipelined_kernel, what_if_kernel
+from .scratch import scratch_folder
 
 VLLM_KERNEL = "fused_recurrent_gated_delta_rule_packed_decode_kernel"
 VLLM_LAUNCHER = "fused_recurrent_gated_delta_rule_packed_decode"
@@ -112,9 +110,7 @@ def vllm_kernel(source: Path) -> triton.runtime.JITFunction:
         raise ValueError(f"{source} has no function {VLLM_KERNEL}")
     body = text.splitlines()[node.lineno - 1 : node.end_lineno]  # def line to the end
     header = "import triton\nimport triton.language as tl\n\nexp = tl.exp\n\n\n@triton.jit\n"
-    folder = Path(tempfile.mkdtemp(prefix="vllm_packed_decode_"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    path = folder / "vllm_packed_decode.py"
+    path = scratch_folder("vllm_packed_decode_") / "vllm_packed_decode.py"
     path.write_text(header + "\n".join(body) + "\n")
     spec = importlib.util.spec_from_file_location("vllm_packed_decode", path)
     module = importlib.util.module_from_spec(spec)
@@ -261,6 +257,11 @@ def resident_programs(registers: int, num_warps: int, shared: int) -> tuple[int,
     return bounds[bound], bound
 
 
+def base_opcodes(instructions: list[tuple[str, str]]) -> list[str]:
+    """Each SASS instruction's opcode without its modifiers (``LDG.E.128`` -> ``LDG``)."""
+    return [op.split(".")[0] for op, _ in instructions]
+
+
 def mix(arm: Arm) -> dict:
     """The arm's instruction counts, per thread and per state element, and its resources."""
     sass = codegen.sass_of(arm.compiled.asm["cubin"])
@@ -270,7 +271,7 @@ def mix(arm: Arm) -> dict:
         raise ValueError(f"{arm.name}: loops {bodies} for {arm.chunks} blocks per program")
     for start, end in bodies:  # the loop over blocks of value rows runs once per block
         instructions = instructions + (arm.chunks - 1) * instructions[start:end]
-    opcodes = collections.Counter(op.split(".")[0] for op, _ in instructions)
+    opcodes = collections.Counter(base_opcodes(instructions))
     elements = arm.chunks * arm.block_v * HEADS["K"] // (32 * arm.num_warps)
     usage = codegen.resource_usage(arm.compiled)
     classes = {name: sum(opcodes[o] for o in ops) for name, ops in CLASSES.items()}
@@ -409,7 +410,7 @@ def loop_order(sass: str, kernel_name: str, ahead: tuple[str, ...]) -> dict | No
     if len(bodies) != 1:
         return None
     (start, end), instructions = bodies[0], codegen.sass_functions(sass)[kernel_name]
-    body = [op.split(".")[0] for op, _ in instructions[start:end]]
+    body = base_opcodes(instructions[start:end])
 
     def span(opcodes: tuple[str, ...]) -> list[int]:
         found = [i for i, op in enumerate(body) if op in opcodes]
@@ -477,9 +478,7 @@ def pipelined_counts(batch: int = 128, capability: int = 90) -> list[dict]:
                 )
             kernel_name = "recurrent_step_kernel" if stages is None else "pipelined_kernel"
             sass = codegen.sass_of(compiled.asm["cubin"])
-            opcodes = collections.Counter(
-                op.split(".")[0] for op, _ in codegen.sass_functions(sass)[kernel_name]
-            )
+            opcodes = collections.Counter(base_opcodes(codegen.sass_functions(sass)[kernel_name]))
             usage = codegen.resource_usage(compiled)
             shared = compiled.metadata.shared
             programs, bound = resident_programs(usage.registers, config.num_warps, shared)

@@ -3,16 +3,14 @@ scheduler for a tiny Qwen3-Next with synthetic requests, the tiny model's config
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
+from gdn_evidence.harness.scratch import scratch_folder
 from vllm_gdn_invariant.models.tiny import TINY_QWEN3_NEXT
 
 MAX_MODEL_LEN = 4096
@@ -22,8 +20,7 @@ GDN_LAYER = "model.layers.0.linear_attn"
 
 def model_folder(**overrides) -> Path:
     """A folder with the tiny Qwen3-Next's ``config.json`` (no tokenizer, no weights)."""
-    folder = Path(tempfile.mkdtemp(prefix="gdn_bi_"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    folder = scratch_folder("gdn_bi_")
     config = {**TINY_QWEN3_NEXT, "max_position_embeddings": MAX_MODEL_LEN, **overrides}
     (folder / "config.json").write_text(json.dumps(config))
     return folder
