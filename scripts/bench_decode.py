@@ -512,6 +512,11 @@ def rounded(values: dict) -> dict:
     return {k: None if v is None else round(v, 2) for k, v in values.items()}
 
 
+def rounded_rounds(series: dict) -> dict:
+    """Each arm's times per round, rounded as ``rounded`` rounds a median."""
+    return {name: [None if t is None else round(t, 2) for t in s] for name, s in series.items()}
+
+
 def time_arms(
     arms: dict, batch: int, num_bytes: int, clock: GpuClock, settings: Settings, peak_copy
 ) -> dict:
@@ -544,18 +549,14 @@ def time_arms(
     return {
         "bytes": num_bytes,
         "us": rounded(us),
-        "rounds_us": {name: [round(t, 2) for t in s] for name, s in bench.items()},
+        "rounds_us": rounded_rounds(bench),
         "wall_us": rounded(wall_med),
-        "wall_rounds_us": {name: [round(t, 2) for t in s] for name, s in wall.items()},
+        "wall_rounds_us": rounded_rounds(wall),
         "wall_calls": calls,
         "kernel_us": rounded(kernel),
-        "kernel_rounds_us": {
-            name: [None if t is None else round(t, 2) for t in s] for name, s in device.items()
-        },
+        "kernel_rounds_us": rounded_rounds(device),
         "kernel_cold_us": rounded(kernel_cold),
-        "kernel_cold_rounds_us": {
-            name: [None if t is None else round(t, 2) for t in s] for name, s in cold.items()
-        },
+        "kernel_cold_rounds_us": rounded_rounds(cold),
         "achieved_GBps": {name: round(num_bytes / (t * 1e3), 1) for name, t in us.items()},
         "peak_copy_GBps": round(peak_gbps, 1),
         "fraction_of_copy": {name: round(us["copy"] / us[name], 3) for name in ARMS},
@@ -726,7 +727,7 @@ def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
         dims = arms["_dims"]
         config = variant_config(arms["_config"], fields, dims.head_k, x["state"].dtype)
         config = dataclasses.replace(
-            config, chunks=max(1, min(config.chunks, arms["_dims"].head_v // config.block_v))
+            config, chunks=max(1, min(config.chunks, dims.head_v // config.block_v))
         )
         if kernel is not None and not whole_blocks(config, arms["_dims"].head_v):
             continue  # the what-if kernels take whole blocks, two or more per program
