@@ -9,3 +9,9 @@ def cells(cases: list[dict], op: str, state: str, low: int = 1, high: int = 1024
     return [
         c for c in cases if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
     ]
+
+
+def fastest_pipelined(ratios: dict[str, float]) -> float:
+    """The highest of a variant set's ratios (vLLM's time over each arm's) among its pipelined
+    variants (``pipelined_*``): the fastest of them."""
+    return max(v for k, v in ratios.items() if k.startswith("pipelined_"))

@@ -5,7 +5,6 @@ only where its loop asks for stages, and the static counts docs/kernels.md quote
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import torch
 
@@ -20,9 +19,8 @@ from gdn_evidence.harness.sass_mix import HEADS, dims_for, loop_order, pipelined
 from vllm_gdn_invariant.kernels import codegen, recurrent
 
 from ..doc_blocks import marked_block
-from .helpers import run_interpreted
+from .helpers import REPO_ROOT, run_interpreted
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DOC = REPO_ROOT / "docs" / "kernels.md"
 EVIDENCE = REPO_ROOT / "docs" / "evidence"
 # K = 16, V = 24 in blocks of 8 rows, 4 per program: the last block of a program is past V.
