@@ -28,6 +28,10 @@
 #                 multiple of 4) and max_num_seqs DEEP_MAX_NUM_SEQS (default 256, above the
 #                 workload's 128 sequences): with 48 layers the default 8 GiB KV cache held 642
 #                 Mamba cache blocks, and vLLM refused its default 1024 sequences
+#   golden-long   the acceptance run of mode golden against mode route: golden-deep's model,
+#                 golden-bench's workloads (1536 new tokens, rounds of ~12.5 s per arm with 24
+#                 layers on an H100, and inter-token latency), 7 rounds, no profile
+#                 (copy $OUT/bench_engine_golden_long.json to docs/evidence/bench_engine_golden.json)
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
 #                 GPU; copy $OUT/bench_decode.json to docs/evidence/); needs no stage.sh
@@ -127,6 +131,12 @@ case $stage in
       --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --profile decode \
       --profile-rounds 3 --out "$out/bench_engine_golden_deep.json"
     ;;
+  golden-long)
+    job bench_engine_golden_long python scripts/bench_engine.py --arms route,golden \
+      --workloads decode,itl --decode-new-tokens 1536 --rounds 7 --start-timeout 400 \
+      --pin-cpus --num-layers "${DEEP_LAYERS:-24}" --gpu-memory-utilization 0.4 \
+      --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --out "$out/bench_engine_golden_long.json"
+    ;;
   kernels)
     now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \
       tests/gpu/test_kernels_bitwise.py tests/gpu/test_kernels_launch.py \
@@ -203,7 +213,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, kernels, kernel-sweep, pipelined, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, golden-long, kernels, kernel-sweep, pipelined, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac

@@ -1,6 +1,7 @@
 """docs/kernels.md's speed tables and verdicts are what their evidence files say: the latest run
 (docs/evidence/h200_engine/4356317/, on an H100, with the device time with L2 flushed, the
-pipelined loop's variants and the engine's profiled rounds), the one at b6f5081 (on an H100, the
+pipelined loop's variants and the engine's profiled rounds), the engine runs with 24 layers at
+3af9122 (h200_engine/3af9122/, an H100), the one at b6f5081 (on an H100, the
 conv caches in vLLM's default layout), the
 one at 1ee138d (h200_engine/1ee138d/, with its engine run and profile), the one at 12a52f9
 (h200_engine/12a52f9/, with its two engine runs), the one at fbcbb14
@@ -37,6 +38,7 @@ HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # an H100
 AT_EA50D1F = HOST_PATH / "bench_decode.json"
 LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "4356317"  # the latest run, an H100
 LATEST = LATEST_RUN / "bench_decode.json"
+DEEP_ENGINE_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "3af9122"  # an H100, 24 layers
 AT_B6F5081_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "b6f5081"  # an H100
 AT_1EE138D_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "1ee138d"  # an H100
 AT_12A52F9_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "12a52f9"  # an H100
@@ -432,6 +434,99 @@ def test_the_4356317_engine_profile_and_the_deep_model_attempts_are_quoted():
     assert (
         f"with `--kv-cache-gib 13.5` both engines started ({max(started):.0f} s) and the route "
         "engine's process had exited" in doc
+    )
+
+
+def test_the_24_layer_engine_runs_are_quoted():
+    def run(name: str) -> dict:
+        report = json.loads((DEEP_ENGINE_RUN / name).read_text())
+        provenance = report["provenance"]
+        assert provenance["git_commit"] == "3af9122" and not provenance["git_dirty"]
+        assert provenance["model"]["num_hidden_layers"] == 24
+        assert "H100" in provenance["device"]
+        return report
+
+    def golden(report: dict, ratio: str = "decode_throughput_vs_route") -> tuple:
+        summary = report["summary"]
+        rounds = summary["round_ratios"]["golden"][ratio]
+        spread = summary["ratio_spread"]["golden"][ratio]
+        return rounds, spread, summary["ratios"]["golden"][ratio]
+
+    def seconds(report: dict) -> list[float]:
+        return [
+            r[arm]["decode"]["seconds"] for r in report["rounds"] for arm in ("route", "golden")
+        ]
+
+    def arm_spread(report: dict, arm: str) -> float:
+        rates = [r[arm]["decode"]["output_tok_s"] for r in report["rounds"]]
+        return (max(rates) - min(rates)) / statistics.median(rates)
+
+    doc = flat_doc()
+    deep, long, itl = (
+        run(f"bench_engine_golden_deep{tail}.json") for tail in ("", "_1536", "_itl")
+    )
+    rounds, spread, ratio = golden(deep)
+    assert len(rounds) == 7 and "--decode-new-tokens 512" in " ".join(deep["provenance"]["argv"])
+    assert (
+        f"rounds of {min(seconds(deep)):.2f}–{max(seconds(deep)):.2f} s per arm, 7 rounds, then 3 "
+        f"profiled decode runs per arm; `bench_engine_golden_deep.json`): round ratios "
+        f"{min(rounds):.3f}–{max(rounds):.3f} (spread {100 * spread['spread']:.2f} %, median "
+        f"{spread['median']:.4f}), ratio of the arms' median throughputs {ratio:.4f}." in doc
+    )
+    versus = deep["profile"]["vs_route"]["golden"]
+    by_round = versus["device_time_ratio_rounds"]
+    device = versus["device_time_ratio_spread"]
+    first = {arm: deep["profile"]["arms"][arm] for arm in ("route", "golden")}
+    gdn = [first[arm]["categories_us"]["gdn_decode"] for arm in ("route", "golden")]
+    assert (
+        f"golden/route {by_round[0]:.4f}, {by_round[1]:.4f} and {by_round[2]:.4f} by round "
+        f"(spread {100 * device['spread']:.2f} %): where the GPU bounds the engine mode golden's "
+        f"decode throughput is {1 / device['median']:.3f}x mode route's." in doc
+    )
+    assert (
+        f"the GDN decode, {100 * first['route']['categories_share']['gdn_decode']:.1f} % of "
+        f"route's device time ({gdn[1] / 1e3:.2f} against {gdn[0] / 1e3:.2f} ms in the first "
+        f"round, {gdn[0] / gdn[1]:.3f}x)." in doc
+    )
+    rounds, spread, ratio = golden(long)
+    assert len(rounds) == 7 and spread["spread"] < 0.03
+    assert (
+        f"(rounds of {min(seconds(long)):.2f}–{max(seconds(long)):.2f} s, 7 rounds; "
+        f"`bench_engine_golden_deep_1536.json`): route's throughput spread "
+        f"{100 * arm_spread(long, 'route'):.2f} % over the rounds, golden's "
+        f"{100 * arm_spread(long, 'golden'):.2f} %, the round ratios "
+        f"{min(rounds):.3f}–{max(rounds):.3f} (**spread {100 * spread['spread']:.2f} %**, median "
+        f"{spread['median']:.4f}, its 95 % interval "
+        f"{spread['median_interval']['interval'][0]:.3f}–"
+        f"{spread['median_interval']['interval'][1]:.3f}), ratio of the median throughputs "
+        f"**{ratio:.4f}**." in doc
+    )
+    assert min(rounds) < 0.99 < max(rounds) and ratio < 0.99 < spread["median"]
+    rounds, spread, ratio = golden(itl)
+    latency_rounds, latency_spread, latency = golden(itl, "itl_vs_route")
+    medians = itl["summary"]["medians"]
+    assert (
+        f"throughput round ratios {min(rounds):.3f}–{max(rounds):.3f} (spread "
+        f"{100 * spread['spread']:.2f} %, median {spread['median']:.4f}), ratio of medians "
+        f"{ratio:.4f}; inter-token latency {medians['golden']['itl_ms']:.3f} against "
+        f"{medians['route']['itl_ms']:.3f} ms (medians, ratio {latency:.4f}), round ratios "
+        f"{min(latency_rounds):.3f}–{max(latency_rounds):.3f} (spread "
+        f"{100 * latency_spread['spread']:.2f} %, median {latency_spread['median']:.4f})." in doc
+    )
+    earlier = json.loads(ENGINE_CURRENT.read_text())["summary"]["ratio_spread"]["golden"]
+    assert (
+        f"(8 layers and 9 s rounds at 6aa67cf: "
+        f"{100 * earlier['decode_throughput_vs_route']['spread']:.1f} %)" in doc
+    )
+    kernel = next(
+        c
+        for c in json.loads(LATEST.read_text())["cases"]
+        if (c["op"], c["state_dtype"], c["batch"]) == ("recurrent", "bfloat16", 128)
+    )
+    assert (
+        f"the GDN decode's {gdn[0] / gdn[1]:.3f}x (the bf16 recurrent step, "
+        f"{kernel['speed_vs_vllm_device']:.3f}x vLLM in 4356317's kernel bench at B = 128) on "
+        f"{100 * first['route']['categories_share']['gdn_decode']:.0f} % of the device time" in doc
     )
 
 
