@@ -96,9 +96,11 @@ def test_contracted_times_vllm_ours_and_the_contracted_kernel_beside_each_recurr
         assert set(contracted["speed_vs_vllm"]) == {"ours", "contracted"}
 
 
-def test_prefetch_kernel_runs_where_it_takes_whole_blocks_with_ours_bits(tmp_path):
+def test_prefetch_kernels_run_where_they_take_whole_blocks_with_ours_bits(tmp_path):
     target = tmp_path / "prefetch.json"
-    result = run("--smoke", "--ops", "recurrent", "--prefetch", "--out", str(target))
+    result = run(
+        "--smoke", "--ops", "recurrent", "--prefetch", "--l2-prefetch", "--out", str(target)
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for case in json.loads(target.read_text())["cases"]:
         prefetch = case["prefetch"]
@@ -106,6 +108,10 @@ def test_prefetch_kernel_runs_where_it_takes_whole_blocks_with_ours_bits(tmp_pat
         assert set(prefetch["configs"]) == {"w1c16", "prefetch_two_w1c16"}
         assert prefetch["configs"]["prefetch_two_w1c16"]["chunks"] == 2
         assert prefetch["same_bits"] == {"w1c16": True, "prefetch_two_w1c16": True}
+        l2 = case["l2_prefetch"]
+        shapes = {"w1c8", "l2_prefetch_w1c8", "w1c16", "l2_prefetch_w1c16"}
+        assert set(l2["configs"]) == shapes and l2["configs"]["l2_prefetch_w1c16"]["chunks"] == 2
+        assert l2["same_bits"] == dict.fromkeys(shapes, True)
 
 
 def test_pipelined_variants_run_where_they_take_whole_blocks_with_ours_bits(tmp_path, bench):
