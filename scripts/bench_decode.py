@@ -63,16 +63,16 @@ VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not b
 written by a second) against vLLM's decode step and ours, with its bits compared with ours.
 ``--registers``, ``--prefetch``, ``--l2-prefetch`` and ``--pipelined`` time those sets of VARIANTS
 the same way: ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py`` (the state two
-blocks ahead in flight), ``harness/l2_prefetch_kernel.py`` (a program's whole state range asked
-into L2 first, one bulk prefetch) and ``harness/pipelined_kernel.py`` (the loop over blocks
-software-pipelined by Triton, the next blocks' state copied into shared memory asynchronously, at
-2 to 4 stages), each also at other shapes, with ours there; ``same_bits`` says whether each
-variant's output and state were bitwise ours after one call. ``--what-if`` also times, beside each
-recurrent case with a bf16 state, ``gdn_evidence/harness/what_if_kernel.py`` (ours with another
-K-sum order, without and with FMAs; no golden has its bits) at the default launch shape's block of
-value rows and warps, one block per program (it takes no blocks in turn): ``what_if`` holds its
-medians and vLLM's time over each. Not with an fp32 state, where that kernel spills under Triton
-3.9.0 (``scripts/sass_mix.py``).
+blocks ahead in flight), ``harness/l2_prefetch_kernel.py`` (the state asked into L2 ahead, one
+bulk prefetch: a program's whole range first, or blocks ahead in the loop) and
+``harness/pipelined_kernel.py`` (the loop over blocks software-pipelined by Triton, the next
+blocks' state copied into shared memory asynchronously, at 2 to 4 stages), each also at other
+shapes, with ours there; ``same_bits`` says whether each variant's output and state were bitwise
+ours after one call. ``--what-if`` also times, beside each recurrent case with a bf16 state,
+``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
+no golden has its bits) at the default launch shape's block of value rows and warps, one block per
+program (it takes no blocks in turn): ``what_if`` holds its medians and vLLM's time over each. Not
+with an fp32 state, where that kernel spills under Triton 3.9.0 (``scripts/sass_mix.py``).
 
 The JSON is rewritten after every case, ``complete`` false until the last one ran, so that a
 run cut short still leaves what it measured.
@@ -104,7 +104,7 @@ import torch
 
 from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
-from gdn_evidence.harness.l2_prefetch_kernel import l2_prefetch_kernel
+from gdn_evidence.harness.l2_prefetch_kernel import l2_ahead_kernel, l2_prefetch_kernel
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
 from gdn_evidence.harness.pipelined_kernel import (
     ONE_WARP_8_ROWS,
@@ -646,14 +646,18 @@ VARIANTS = {
         "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
         "prefetch_two_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, prefetch_two_kernel),
     },
-    # A program's whole state range asked into L2 first (harness/l2_prefetch_kernel.py), at the
-    # default shape and at one warp of 8 value rows taking 8 or 16 blocks in turn (with ours).
+    # The state asked into L2 ahead of its loads (harness/l2_prefetch_kernel.py): a program's
+    # whole range first, or 1 or 2 blocks ahead in the loop; at the default shape and at one warp
+    # of 8 value rows taking 8 or 16 blocks in turn (with ours there).
     "l2_prefetch": {
         "l2_prefetch": (None, {}, l2_prefetch_kernel),
+        "l2_ahead_1": (None, {"AHEAD": 1}, l2_ahead_kernel),
+        "l2_ahead_2": (None, {"AHEAD": 2}, l2_ahead_kernel),
         "w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, None),
         "l2_prefetch_w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, l2_prefetch_kernel),
         "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
         "l2_prefetch_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, l2_prefetch_kernel),
+        "l2_ahead_2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {"AHEAD": 2}, l2_ahead_kernel),
     },
     # The loop over blocks software-pipelined by Triton (harness/pipelined_kernel.py: the next
     # blocks' state in flight as asynchronous copies into shared memory), with ours at the

@@ -1,15 +1,23 @@
-"""A what-if recurrent decode kernel, for its time (``scripts/bench_decode.py --l2-prefetch``): a
-program's whole state range asked into L2 before anything else; nothing checks its outputs but
-the bench's own bit comparison with ours and the CPU tests.
+"""What-if recurrent decode kernels, for their time (``scripts/bench_decode.py --l2-prefetch``):
+the state asked into L2 ahead of its loads; nothing checks their outputs but the bench's own bit
+comparison with ours and the CPU tests.
 
-It is one bulk L2 prefetch (``cp.async.bulk.prefetch.L2.global``, Hopper's copy engine; SASS
-``UBLKPF.L2``) of the CHUNKS * BV state rows the program takes, issued by its first thread, then
-``kernels.recurrent.recurrent_step_kernel`` itself, called with the same arguments: the same
-arithmetic, loads and stores, so the goldens' bits. Ours loads a program's next block only after
-most of the current block's arithmetic (ptxas's choice, docs/kernels.md "Register budgets"); the
-prefetch holds no register and puts every block's lines on their way to L2 at once. It needs
-sm_90 or later, a state whose rows are K contiguous elements 16-byte aligned (the bench's), and
-two or more blocks per program to make a difference. Under Triton's interpreter it is skipped.
+The request is one bulk L2 prefetch (``cp.async.bulk.prefetch.L2.global``, Hopper's copy engine;
+SASS ``UBLKPF.L2``) of a range of state rows, issued by the program's first thread; it holds no
+register. Ours loads a program's next block only after most of the current block's arithmetic
+(ptxas's choice, docs/kernels.md "Register budgets"), and holding it earlier in registers cost
+more occupancy than it won.
+
+* ``l2_prefetch_kernel``: the CHUNKS * BV rows the program takes, all at once, then
+  ``kernels.recurrent.recurrent_step_kernel`` itself, called with the same arguments (the same
+  arithmetic, loads and stores).
+* ``l2_ahead_kernel``: ours' loop with block i + 1 + AHEAD asked for at the top of iteration i
+  (blocks 1 .. AHEAD before the loop), so that at most AHEAD + 2 blocks of a program are in L2 or
+  on their way; whole blocks only (V a multiple of BV * CHUNKS). Its arithmetic and stores are
+  ``recurrent_step_kernel``'s device functions in the same order.
+
+Both have the goldens' bits. They need sm_90 or later and a state whose rows are K contiguous
+elements, 16-byte aligned (the bench's); under Triton's interpreter the prefetch is skipped.
 """
 
 from __future__ import annotations
@@ -17,8 +25,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from vllm_gdn_invariant.kernels.elementary import INTERPRETED
-from vllm_gdn_invariant.kernels.recurrent import recurrent_step_kernel
+from vllm_gdn_invariant.kernels.elementary import INTERPRETED, round_to, to_fp32
+from vllm_gdn_invariant.kernels.recurrent import (
+    delta_rule,
+    gates,
+    load_state_block,
+    load_vector,
+    qk_slabs,
+    recurrent_step_kernel,
+    store_state_block,
+)
 
 ON_DEVICE = tl.constexpr(not INTERPRETED)
 
@@ -82,17 +98,8 @@ def l2_prefetch_kernel(
     i_hv = i_nh % HV
     block = tl.load(state_indices + (i_nh // HV) * stride_indices).to(tl.int64)
     if block > 0:
-        first_row = i_v * (CHUNKS * BV)
-        rows = tl.minimum(CHUNKS * BV, V - first_row)
-        item_bytes: tl.constexpr = state.dtype.element_ty.primitive_bitwidth // 8
-        nbytes = (rows - 1) * stride_state_v * item_bytes + K * item_bytes
-        prefetch_into_l2(
-            state
-            + block * stride_state_block
-            + i_hv * stride_state_head
-            + first_row * stride_state_v,
-            (nbytes // 16 * 16).to(tl.int32),
-        )
+        p_head = state + block * stride_state_block + i_hv * stride_state_head
+        prefetch_rows(p_head, i_v * (CHUNKS * BV), CHUNKS * BV, V, K, stride_state_v)
     recurrent_step_kernel(
         mixed_qkv,
         a,
@@ -128,3 +135,111 @@ def l2_prefetch_kernel(
         LOG2_VEC,
         USE_QK_L2NORM,
     )
+
+
+@triton.jit
+def prefetch_rows(p_block, first_row, rows, V: tl.constexpr, K: tl.constexpr, stride_v):
+    """``prefetch_into_l2`` of state rows first_row .. first_row + rows - 1 of a head (those
+    below V) from ``p_block``, the head's row 0."""
+    item_bytes: tl.constexpr = p_block.dtype.element_ty.primitive_bitwidth // 8
+    rows = tl.minimum(rows, V - first_row)
+    if rows > 0:
+        nbytes = (rows - 1) * stride_v * item_bytes + K * item_bytes
+        prefetch_into_l2(p_block + first_row * stride_v, (nbytes // 16 * 16).to(tl.int32))
+
+
+@triton.jit
+def l2_ahead_kernel(
+    mixed_qkv,
+    a,
+    b,
+    A_log,
+    dt_bias,
+    out,
+    state,
+    state_indices,
+    scale,
+    stride_qkv_row,
+    stride_qkv_col,
+    stride_a_row,
+    stride_a_col,
+    stride_b_row,
+    stride_b_col,
+    stride_A_log,
+    stride_dt_bias,
+    stride_state_block,
+    stride_state_head,
+    stride_state_v,
+    stride_state_k,
+    stride_indices,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BV: tl.constexpr,
+    NV: tl.constexpr,
+    CHUNKS: tl.constexpr,
+    LOG2_J: tl.constexpr,
+    LOG2_CL: tl.constexpr,
+    LOG2_VEC: tl.constexpr,
+    USE_QK_L2NORM: tl.constexpr,
+    AHEAD: tl.constexpr = 1,
+):
+    """``recurrent_step_kernel`` whose blocks are asked into L2 AHEAD blocks ahead: blocks
+    1 .. AHEAD before the loop, block i + 1 + AHEAD at the top of iteration i (whole blocks:
+    V a multiple of BV * CHUNKS, as the bench runs it)."""
+    J: tl.constexpr = 1 << LOG2_J
+    C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)
+    o_c = tl.arange(0, C)[None, :]
+    o_v = i_v * (CHUNKS * BV) + tl.arange(0, BV)
+    mask_v = o_v < V
+
+    p_out = out + i_nh * V + o_v
+    block = tl.load(state_indices + i_n * stride_indices).to(tl.int64)
+    if block <= 0:
+        for i_c in tl.static_range(CHUNKS):
+            tl.store(
+                p_out + i_c * BV,
+                tl.full([BV], 0, out.dtype.element_ty),
+                mask=o_v + i_c * BV < V,
+            )
+        return
+
+    p_head = state + block * stride_state_block + i_hv * stride_state_head
+    first_row = i_v * (CHUNKS * BV)
+    prefetch_rows(p_head, first_row + BV, AHEAD * BV, V, K, stride_state_v)
+    row = mixed_qkv + i_n * stride_qkv_row
+    q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
+    k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
+    p_v = row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col
+    v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
+    p_h = p_head + o_v[:, None] * stride_state_v + o_c * stride_state_k
+    h = load_state_block(p_h, mask_v, stride_state_k, K, C, J)
+    q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
+
+    a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
+    b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
+    A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
+    dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
+    decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
+
+    for i_c in tl.range(CHUNKS):
+        if i_c + 1 + AHEAD < CHUNKS:
+            prefetch_rows(p_head, first_row + (i_c + 1 + AHEAD) * BV, BV, V, K, stride_state_v)
+        step = tl.where(i_c + 1 < CHUNKS, BV, 0)  # after the last block, this block again
+        h_next = load_state_block(p_h + step * stride_state_v, mask_v, stride_state_k, K, C, J)
+        v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_v, other=0.0))
+        h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
+        store_state_block(p_h, h, mask_v, stride_state_k, K, C, J)
+        tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
+        h = h_next
+        v = v_next
+        p_h += BV * stride_state_v
+        p_v += BV * stride_qkv_col
+        p_out += BV

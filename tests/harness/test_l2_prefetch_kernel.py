@@ -1,5 +1,5 @@
-"""gdn_evidence/harness/l2_prefetch_kernel.py compiled for sm_90 without a GPU: one bulk L2
-prefetch ahead of ours' code, which has none, and the goldens' no-FMA rule kept."""
+"""gdn_evidence/harness/l2_prefetch_kernel.py compiled for sm_90 without a GPU: its kernels are
+ours with bulk L2 prefetches (ours has none) and keep the goldens' no-FMA rule."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gdn_evidence.harness.l2_prefetch_kernel import l2_prefetch_kernel
+from gdn_evidence.harness.l2_prefetch_kernel import l2_ahead_kernel, l2_prefetch_kernel
 from gdn_evidence.harness.launch_shapes import qwen3_next_dims
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
@@ -17,22 +17,53 @@ pytestmark = pytest.mark.skipif(
     recurrent_kernel.INTERPRETED, reason="compiles for sm_90: not under TRITON_INTERPRET=1"
 )
 
-PREFETCHING = SimpleNamespace(
-    recurrent_step_kernel=l2_prefetch_kernel,
-    kernel_arguments=recurrent_kernel.kernel_arguments,
-    recurrent_config=recurrent_kernel.recurrent_config,
-)
+# kernel, its extra compile-time arguments, the prefetches in its code: one before ours (the
+# program's whole range), or one before the loop and one at the top of each iteration
+KERNELS = {
+    "ours": (recurrent_kernel.recurrent_step_kernel, {}, 0),
+    "l2_prefetch": (l2_prefetch_kernel, {}, 1),
+    "l2_ahead_1": (l2_ahead_kernel, {"AHEAD": 1}, 2),
+    "l2_ahead_2": (l2_ahead_kernel, {"AHEAD": 2}, 2),
+}
 
 
-@pytest.mark.parametrize("module", [recurrent_kernel, PREFETCHING], ids=["ours", "l2_prefetch"])
-def test_the_l2_prefetch_kernel_is_ours_with_one_bulk_prefetch(module):
+def as_module(kernel, constexprs: dict) -> SimpleNamespace:
+    """``kernel``, with ``constexprs`` beside ours' arguments, where ``codegen.compile_recurrent``
+    looks for ours."""
+
+    def kernel_arguments(*arguments):
+        grid, positional, ours = recurrent_kernel.kernel_arguments(*arguments)
+        return grid, positional, ours | constexprs
+
+    return SimpleNamespace(
+        recurrent_step_kernel=kernel,
+        kernel_arguments=kernel_arguments,
+        recurrent_config=recurrent_kernel.recurrent_config,
+    )
+
+
+def compiled_at_the_default_bf16_shape(name: str):
+    kernel, constexprs, _ = KERNELS[name]
     dims = qwen3_next_dims(128)
     config = recurrent_kernel.recurrent_config(dims, torch.bfloat16, interpreted=False)
     assert config.chunks > 1  # the default bf16 shape takes blocks in turn
-    compiled = codegen.compile_recurrent(dims, state_dtype=torch.bfloat16, module=module)
+    return codegen.compile_recurrent(
+        dims, state_dtype=torch.bfloat16, module=as_module(kernel, constexprs)
+    )
+
+
+@pytest.fixture(scope="module")
+def ours_registers() -> int:
+    return codegen.resource_usage(compiled_at_the_default_bf16_shape("ours")).registers
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_the_l2_prefetch_kernels_are_ours_with_bulk_prefetches(name, ours_registers):
+    compiled = compiled_at_the_default_bf16_shape(name)
     ptx, sass = compiled.asm["ptx"], codegen.sass_of(compiled.asm["cubin"])
-    expected = 1 if module is PREFETCHING else 0
-    assert ptx.count("cp.async.bulk.prefetch.L2.global") == expected
-    assert sass.count("UBLKPF.L2") == expected
+    prefetches = KERNELS[name][2]
+    assert ptx.count("cp.async.bulk.prefetch.L2.global") == prefetches
+    assert sass.count("UBLKPF.L2") == prefetches
     assert codegen.report_of(compiled).clean
-    assert not codegen.resource_usage(compiled).spills
+    usage = codegen.resource_usage(compiled)
+    assert not usage.spills and usage.registers == ours_registers
