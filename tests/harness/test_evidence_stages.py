@@ -1,8 +1,10 @@
 """scripts/h200_engine_evidence.sh's stages, without a GPU: every stage the script has is named
 in its unknown-stage message, and each stage's command lines (``EVIDENCE_DRY_RUN=1``) are
 accepted by their scripts' argument parsers and name test files that exist, so that no device
-call is spent on a flag a script does not have. What a script checks after parsing its
-arguments is not covered."""
+call is spent on a flag a script does not have. For the scripts of CHECKED_UNTIL, what the
+script checks after parsing (e.g. bench_engine's ``--profile`` against its workloads, its
+``--pin-cpus`` against this machine's CPUs) is covered too: the run stops at the first thing
+the script does once every argument is checked. For the others, that is not covered."""
 
 from __future__ import annotations
 
@@ -21,30 +23,45 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "h200_engine_evidence.sh"
 
-# Each argv runs the script as __main__ with parse_args wrapped: a successful parse raises
-# Parsed before the script does anything else; argparse's errors exit 2. One verdict a line.
+# A script whose checks after parsing are covered: the module and name of the first thing its
+# main calls once every argument is checked.
+CHECKED_UNTIL = {"scripts/bench_engine.py": ("gdn_evidence.e2e.bench", "scratch_folder")}
+# Each argv runs the script as __main__, with parse_args wrapped (a successful parse raises
+# Parsed before the script does anything else) or, given a module and a name, with that name
+# replaced (reaching it raises Checked); argparse's errors exit 2. One verdict a line.
 PARSE_ONLY = """
-import argparse, json, os, runpy, sys
-script, argvs = sys.argv[1], json.loads(sys.argv[2])
+import argparse, importlib, json, os, runpy, sys
+script, argvs, until = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 sys.path.insert(0, os.path.dirname(script))  # as python puts a script's folder first
 class Parsed(BaseException):
     pass
-parse = argparse.ArgumentParser.parse_args
-def parse_then_stop(self, args=None, namespace=None):
-    parse(self, args, namespace)
-    raise Parsed
-argparse.ArgumentParser.parse_args = parse_then_stop
+class Checked(BaseException):
+    pass
+def stop(*args, **kwargs):
+    raise Checked
+if until:
+    setattr(importlib.import_module(until[0]), until[1], stop)
+else:
+    parse = argparse.ArgumentParser.parse_args
+    def parse_then_stop(self, args=None, namespace=None):
+        parse(self, args, namespace)
+        raise Parsed
+    argparse.ArgumentParser.parse_args = parse_then_stop
 for argv in argvs:
     sys.argv = [script, *argv]
     try:
         runpy.run_path(script, run_name="__main__")
-        verdict = "not parsed"
+        verdict = "not stopped"
     except Parsed:
         verdict = "parsed"
+    except Checked:
+        verdict = "checked"
     except SystemExit as exc:
         verdict = f"exit {exc.code}"
     print(json.dumps(verdict), flush=True)
 """
+# An existing folder for the stages' OUT: the runs stop before they write anything.
+OUT = ROOT
 
 ENVIRONMENTS = {  # stage: the extra environments its command lines are checked under
     "golden-deep": [{"DEEP_LAYERS": "48", "DEEP_MAX_NUM_SEQS": "512"}],
@@ -60,7 +77,7 @@ def command_lines(stage: str, extra: dict[str, str]) -> list[list[str]]:
     """The command lines ``stage`` runs in the environment with ``extra``."""
     env = {**os.environ, "EVIDENCE_DRY_RUN": "1", **extra}
     result = subprocess.run(
-        ["bash", str(SCRIPT), "/nonexistent/out", stage],
+        ["bash", str(SCRIPT), str(OUT), stage],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -71,10 +88,16 @@ def command_lines(stage: str, extra: dict[str, str]) -> list[list[str]]:
     return [shlex.split(line) for line in result.stdout.splitlines() if line.strip()]
 
 
-def parse_only(script: Path, argvs: list[list[str]]) -> list[str]:
-    """``script``'s verdict on each argv: ``parsed``, ``exit N`` or ``not parsed``."""
+def expected_verdict(script: str) -> str:
+    return "checked" if script in CHECKED_UNTIL else "parsed"
+
+
+def parse_only(script: str, argvs: list[list[str]]) -> list[str]:
+    """``script``'s verdict on each argv: ``parsed`` (or ``checked``, CHECKED_UNTIL), ``exit N``
+    or ``not stopped``."""
+    until = json.dumps(CHECKED_UNTIL.get(script))
     result = subprocess.run(
-        [sys.executable, "-c", PARSE_ONLY, str(script), json.dumps(argvs)],
+        [sys.executable, "-c", PARSE_ONLY, str(ROOT / script), json.dumps(argvs), until],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -108,7 +131,7 @@ def verdicts() -> dict[tuple[str, ...], str]:
     return {
         (script, *argv): verdict
         for script, argvs in by_script.items()
-        for argv, verdict in zip(argvs, parse_only(ROOT / script, argvs), strict=True)
+        for argv, verdict in zip(argvs, parse_only(script, argvs), strict=True)
     }
 
 
@@ -137,12 +160,28 @@ def test_each_stage_runs_commands_its_scripts_accept(stage):
             assert files and all((ROOT / f).is_file() for f in files), line
             continue
         assert (ROOT / line[1]).is_file() and line[1].startswith("scripts/"), line
-        assert verdicts()[tuple(line[1:])] == "parsed", line
+        assert verdicts()[tuple(line[1:])] == expected_verdict(line[1]), line
 
 
 def test_a_flag_the_script_does_not_have_is_refused():
     """Negative control: the parse check refuses a command line with an unknown flag."""
     assert parse_only(
-        ROOT / "scripts" / "bench_engine.py",
-        [["--arms", "route,golden", "--max-num-seqs", "256"], ["--num-seqs", "256"]],
+        "scripts/bench_decode.py", [["--quick", "--rounds", "1"], ["--num-rounds", "1"]]
     ) == ["parsed", "exit 2"]
+
+
+def test_what_bench_engine_checks_after_parsing_is_covered():
+    """Negative controls: command lines that parse but that bench_engine's main refuses (a
+    profiled workload not run, a model depth it cannot build, no --out) exit 2 here, as they
+    would on the device; the line they differ from is checked."""
+    out = ["--out", str(OUT / "bench.json")]
+    golden = ["--arms", "route,golden", "--workloads", "decode", *out]
+    assert parse_only(
+        "scripts/bench_engine.py",
+        [
+            [*golden, "--profile", "decode"],
+            [*golden, "--profile", "itl"],
+            [*golden, "--num-layers", "6"],
+            ["--arms", "route,golden"],
+        ],
+    ) == ["checked", "exit 2", "exit 2", "exit 2"]
