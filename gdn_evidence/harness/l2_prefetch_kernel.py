@@ -57,6 +57,17 @@ def prefetch_into_l2(address, nbytes):
 
 
 @triton.jit
+def prefetch_rows(p_block, first_row, rows, V: tl.constexpr, K: tl.constexpr, stride_v):
+    """``prefetch_into_l2`` of state rows first_row .. first_row + rows - 1 of a head (those
+    below V) from ``p_block``, the head's row 0."""
+    item_bytes: tl.constexpr = p_block.dtype.element_ty.primitive_bitwidth // 8
+    rows = tl.minimum(rows, V - first_row)
+    if rows > 0:
+        nbytes = (rows - 1) * stride_v * item_bytes + K * item_bytes
+        prefetch_into_l2(p_block + first_row * stride_v, (nbytes // 16 * 16).to(tl.int32))
+
+
+@triton.jit
 def l2_prefetch_kernel(
     mixed_qkv,
     a,
@@ -135,17 +146,6 @@ def l2_prefetch_kernel(
         LOG2_VEC,
         USE_QK_L2NORM,
     )
-
-
-@triton.jit
-def prefetch_rows(p_block, first_row, rows, V: tl.constexpr, K: tl.constexpr, stride_v):
-    """``prefetch_into_l2`` of state rows first_row .. first_row + rows - 1 of a head (those
-    below V) from ``p_block``, the head's row 0."""
-    item_bytes: tl.constexpr = p_block.dtype.element_ty.primitive_bitwidth // 8
-    rows = tl.minimum(rows, V - first_row)
-    if rows > 0:
-        nbytes = (rows - 1) * stride_v * item_bytes + K * item_bytes
-        prefetch_into_l2(p_block + first_row * stride_v, (nbytes // 16 * 16).to(tl.int32))
 
 
 @triton.jit
