@@ -61,18 +61,20 @@ VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not b
 ``--replay-step`` times, beside each decode step, the response-replay kernel with one token per row
 (``kernels.replay.replay_tokens``: the conv and the recurrent step in one kernel, the conv state
 written by a second) against vLLM's decode step and ours, with its bits compared with ours.
-``--registers``, ``--prefetch``, ``--l2-prefetch`` and ``--pipelined`` time those sets of VARIANTS
-the same way: ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py`` (the state two
-blocks ahead in flight), ``harness/l2_prefetch_kernel.py`` (the state asked into L2 ahead, one
-bulk prefetch: a program's whole range first, or blocks ahead in the loop) and
-``harness/pipelined_kernel.py`` (the loop over blocks software-pipelined by Triton, the next
-blocks' state copied into shared memory asynchronously, at 2 to 4 stages), each also at other
-shapes, with ours there; ``same_bits`` says whether each variant's output and state were bitwise
-ours after one call. ``--what-if`` also times, beside each recurrent case with a bf16 state,
-``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
-no golden has its bits) at the default launch shape's block of value rows and warps, one block per
-program (it takes no blocks in turn): ``what_if`` holds its medians and vLLM's time over each. Not
-with an fp32 state, where that kernel spills under Triton 3.9.0 (``scripts/sass_mix.py``).
+``--registers``, ``--prefetch``, ``--early-loads``, ``--l2-prefetch`` and ``--pipelined`` time those
+sets of VARIANTS the same way: ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py``
+(the state two blocks ahead in flight), ``harness/early_loads_kernel.py`` (every load that does
+not depend on the state's block issued first), ``harness/l2_prefetch_kernel.py`` (the state
+asked into L2 ahead, one bulk prefetch: a program's whole range first, or blocks ahead in the
+loop) and ``harness/pipelined_kernel.py`` (the loop over blocks software-pipelined by Triton, the
+next blocks' state copied into shared memory asynchronously, at 2 to 4 stages), some also at
+other shapes, with ours there; ``same_bits`` says whether each variant's output and state were
+bitwise ours after one call. ``--what-if`` also times, beside each recurrent case with a bf16
+state, ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with
+FMAs; no golden has its bits) at the default launch shape's block of value rows and warps, one
+block per program (it takes no blocks in turn): ``what_if`` holds its medians and vLLM's time over
+each. Not with an fp32 state, where that kernel spills under Triton 3.9.0
+(``scripts/sass_mix.py``).
 
 The JSON is rewritten after every case, ``complete`` false until the last one ran, so that a
 run cut short still leaves what it measured.
@@ -104,6 +106,7 @@ import torch
 
 from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
+from gdn_evidence.harness.early_loads_kernel import early_loads_kernel
 from gdn_evidence.harness.l2_prefetch_kernel import l2_ahead_kernel, l2_prefetch_kernel
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
 from gdn_evidence.harness.pipelined_kernel import (
@@ -646,6 +649,9 @@ VARIANTS = {
         "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
         "prefetch_two_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, prefetch_two_kernel),
     },
+    # Every load that does not depend on the state's block issued first
+    # (harness/early_loads_kernel.py), at the default shape.
+    "early_loads": {"early_loads": (None, {}, early_loads_kernel)},
     # The state asked into L2 ahead of its loads (harness/l2_prefetch_kernel.py): a program's
     # whole range first, or 1 or 2 blocks ahead in the loop; at the default shape and at one warp
     # of 8 value rows taking 8 or 16 blocks in turn (with ours there).
@@ -692,6 +698,11 @@ def launch_variant(
         **({"enable_fp_fusion": False} | options),
     )
     return out
+
+
+# The what-if kernels that take every launch shape ours takes; the others take whole blocks,
+# two or more per program.
+ANY_SHAPE = (early_loads_kernel,)
 
 
 def whole_blocks(config, head_v: int) -> bool:
@@ -745,8 +756,8 @@ def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
         config = dataclasses.replace(
             config, chunks=max(1, min(config.chunks, dims.head_v // config.block_v))
         )
-        if kernel is not None and not whole_blocks(config, arms["_dims"].head_v):
-            continue  # the what-if kernels take whole blocks, two or more per program
+        if kernel not in (None, *ANY_SHAPE) and not whole_blocks(config, arms["_dims"].head_v):
+            continue
         configs[name] = config.__dict__
         state = x["state"].clone()
         out = launch_variant(
@@ -891,9 +902,9 @@ def results_table(report: dict) -> str:
 
 def variants_table(report: dict, key: str, cold: bool = False) -> str:
     """The Markdown table of a variants run (``--contracted``, ``--registers``, ``--prefetch``,
-    ``--l2-prefetch``, ``--pipelined``, ``--replay-step``): per case vLLM's device time
-    (profiler) and vLLM's device time over ours and over each variant's ("-" where not timed);
-    ``cold``: the device times with L2 flushed before each call."""
+    ``--early-loads``, ``--l2-prefetch``, ``--pipelined``, ``--replay-step``): per case vLLM's
+    device time (profiler) and vLLM's device time over ours and over each variant's ("-" where
+    not timed); ``cold``: the device times with L2 flushed before each call."""
     measure, times = (
         ("speed_vs_vllm_device_cold", "kernel_cold_us")
         if cold

@@ -45,11 +45,13 @@
 #                 the variants of gdn_evidence/harness/pipelined_kernel.py against vLLM and ours,
 #                 alternating, with their bits compared with ours) from B = 1024 down to 8
 #                 (alone on the GPU); one call: source scripts/h200_layer_env.sh, no stage.sh
-#   l2-prefetch   the recurrent kernel with a program's whole state range asked into L2 first
-#                 (bench_decode.py --l2-prefetch: gdn_evidence/harness/l2_prefetch_kernel.py
-#                 against vLLM and ours, alternating, with its bits compared with ours) from
-#                 B = 1024 down to 8 (alone on the GPU); one call: source
-#                 scripts/h200_layer_env.sh, no stage.sh
+#   loads-ahead   the recurrent kernel with its loads earlier: every load that does not depend
+#                 on the state's block first (bench_decode.py --early-loads,
+#                 gdn_evidence/harness/early_loads_kernel.py), the state asked into L2 ahead
+#                 (--l2-prefetch, gdn_evidence/harness/l2_prefetch_kernel.py), each set against
+#                 vLLM and ours, alternating, with its bits compared with ours, from B = 1024
+#                 down to 1 (alone on the GPU); one call: source scripts/h200_layer_env.sh, no
+#                 stage.sh
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
@@ -161,10 +163,10 @@ case $stage in
       --ops recurrent --pipelined --batch-sizes 1024,512,256,128,64,32,16,8 \
       --out "$out/bench_decode_pipelined.json"
     ;;
-  l2-prefetch)
-    now bench_decode_l2_prefetch "$limit" python scripts/bench_decode.py --quick --rounds 1 \
-      --ops recurrent --l2-prefetch --batch-sizes 1024,512,256,128,64,32,16,8 \
-      --out "$out/bench_decode_l2_prefetch.json"
+  loads-ahead)
+    now bench_decode_loads_ahead "$limit" python scripts/bench_decode.py --quick --rounds 1 \
+      --ops recurrent --early-loads --l2-prefetch \
+      --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_loads_ahead.json"
     ;;
   shadow)
     for arm in route off golden; do
@@ -223,7 +225,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, golden-long, kernels, kernel-sweep, pipelined, l2-prefetch, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac

@@ -99,8 +99,9 @@ def test_contracted_times_vllm_ours_and_the_contracted_kernel_beside_each_recurr
 def test_prefetch_kernels_run_where_they_take_whole_blocks_with_ours_bits(tmp_path):
     target = tmp_path / "prefetch.json"
     result = run(
-        "--smoke", "--ops", "recurrent", "--prefetch", "--l2-prefetch", "--out", str(target)
-    )
+        "--smoke", "--ops", "recurrent", "--prefetch", "--l2-prefetch", "--early-loads",
+        "--out", str(target),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     for case in json.loads(target.read_text())["cases"]:
         prefetch = case["prefetch"]
@@ -112,6 +113,9 @@ def test_prefetch_kernels_run_where_they_take_whole_blocks_with_ours_bits(tmp_pa
         shapes = {"w1c8", "l2_prefetch_w1c8", "w1c16", "l2_prefetch_w1c16", "l2_ahead_2_w1c16"}
         assert set(l2["configs"]) == shapes and l2["configs"]["l2_prefetch_w1c16"]["chunks"] == 2
         assert l2["same_bits"] == dict.fromkeys(shapes, True)
+        early = case["early_loads"]  # every shape ours takes: here one block per program
+        assert early["configs"]["early_loads"] == case["config"]
+        assert early["same_bits"] == {"early_loads": True}
 
 
 def test_pipelined_variants_run_where_they_take_whole_blocks_with_ours_bits(tmp_path, bench):

@@ -530,6 +530,19 @@ def test_the_24_layer_engine_runs_are_quoted():
     )
 
 
+def test_the_small_batch_bf16_recurrent_step_is_quoted():
+    small = [
+        c["speed_vs_vllm_device"]
+        for c in json.loads(LATEST.read_text())["cases"]
+        if (c["op"], c["state_dtype"]) == ("recurrent", "bfloat16") and c["batch"] <= 16
+    ]
+    assert len(small) == 5
+    assert (
+        f"From B = 1 to 16 the bf16 recurrent step is {min(small):.3f}–{max(small):.3f}x vLLM by "
+        "device time (4356317)" in flat_doc()
+    )
+
+
 def test_the_1ee138d_engine_run_and_its_profile_are_quoted():
     report = json.loads((AT_1EE138D_RUN / "bench_engine_golden.json").read_text())
     assert report["provenance"]["git_commit"] == "1ee138d"

@@ -1,13 +1,17 @@
-"""gdn_evidence/harness/l2_prefetch_kernel.py compiled for sm_90 without a GPU: its kernels are
-ours with bulk L2 prefetches (ours has none) and keep the goldens' no-FMA rule."""
+"""The what-if kernels that issue the recurrent step's loads earlier, compiled for sm_90 without a
+GPU: gdn_evidence/harness/l2_prefetch_kernel.py's kernels are ours with bulk L2 prefetches (ours
+has none), early_loads_kernel issues every global load before its first barrier (ours does not);
+all keep the goldens' no-FMA rule and ours' registers or fewer."""
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from gdn_evidence.harness.early_loads_kernel import early_loads_kernel
 from gdn_evidence.harness.l2_prefetch_kernel import l2_ahead_kernel, l2_prefetch_kernel
 from gdn_evidence.harness.launch_shapes import qwen3_next_dims
 from vllm_gdn_invariant.kernels import codegen
@@ -67,3 +71,25 @@ def test_the_l2_prefetch_kernels_are_ours_with_bulk_prefetches(name, ours_regist
     assert codegen.report_of(compiled).clean
     usage = codegen.resource_usage(compiled)
     assert not usage.spills and usage.registers == ours_registers
+
+
+SASS_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z0-9_]+)")
+
+
+@pytest.mark.parametrize("state_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("kernel", [recurrent_kernel.recurrent_step_kernel, early_loads_kernel])
+def test_early_loads_issue_every_load_before_the_first_barrier(kernel, state_dtype):
+    dims = qwen3_next_dims(1)
+    config = recurrent_kernel.recurrent_config(dims, state_dtype, interpreted=False)
+    assert config.chunks == 1  # one block per program: no load of a next block
+    compiled = codegen.compile_recurrent(
+        dims, state_dtype=state_dtype, module=as_module(kernel, {})
+    )
+    ours = codegen.compile_recurrent(dims, state_dtype=state_dtype)
+    opcodes = SASS_OPCODE.findall(codegen.sass_of(compiled.asm["cubin"]))
+    first_barrier = opcodes.index("BAR")
+    loads_after = [i for i, op in enumerate(opcodes) if op == "LDG" and i > first_barrier]
+    assert bool(loads_after) is (kernel is recurrent_kernel.recurrent_step_kernel)
+    assert codegen.report_of(compiled).clean
+    usage = codegen.resource_usage(compiled)
+    assert not usage.spills and usage.registers <= codegen.resource_usage(ours).registers
