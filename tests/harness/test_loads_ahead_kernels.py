@@ -1,6 +1,7 @@
-"""The what-if kernels that issue the recurrent step's loads earlier, compiled for sm_90 without a
-GPU: gdn_evidence/harness/l2_prefetch_kernel.py's kernels are ours with bulk L2 prefetches (ours
-has none), early_loads_kernel issues every global load before its first barrier (ours does not);
+"""The what-if kernels that issue the recurrent step's loads earlier: the goldens' bits in Triton's
+interpreter (inactive rows, a partial last block), and, compiled for sm_90 without a GPU,
+gdn_evidence/harness/l2_prefetch_kernel.py's kernels are ours with bulk L2 prefetches (ours has
+none) and early_loads_kernel issues every global load before its first barrier (ours does not);
 all keep the goldens' no-FMA rule and ours' registers or fewer."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from gdn_evidence.harness.l2_prefetch_kernel import l2_ahead_kernel, l2_prefetch
 from gdn_evidence.harness.launch_shapes import qwen3_next_dims
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
+
+from .helpers import run_interpreted
 
 pytestmark = pytest.mark.skipif(
     recurrent_kernel.INTERPRETED, reason="compiles for sm_90: not under TRITON_INTERPRET=1"
@@ -93,3 +96,62 @@ def test_early_loads_issue_every_load_before_the_first_barrier(kernel, state_dty
     assert codegen.report_of(compiled).clean
     usage = codegen.resource_usage(compiled)
     assert not usage.spills and usage.registers <= codegen.resource_usage(ours).registers
+
+
+# Each kernel against the golden in Triton's interpreter (where the prefetches are skipped):
+# K = 16, inactive rows 1 and 3; V = 24 in blocks of 8 rows, 4 per program (the last block past
+# V) or 1, for the kernel that takes every shape; V = 32, whole blocks, for those that need them.
+GOLDEN_BITS = """
+import json, torch
+from gdn_evidence.harness.early_loads_kernel import early_loads_kernel
+from gdn_evidence.harness.l2_prefetch_kernel import l2_ahead_kernel, l2_prefetch_kernel
+from vllm_gdn_invariant import golden
+from vllm_gdn_invariant.kernels import recurrent
+from vllm_gdn_invariant.kernels.validation import RecurrentDims
+
+H, HV, K, B = 1, 2, 16, 4
+CASES = {  # name: kernel, V, blocks per program, compile-time arguments
+    "early_loads chunks=4": (early_loads_kernel, 24, 4, {}),
+    "early_loads chunks=1": (early_loads_kernel, 24, 1, {}),
+    "l2_prefetch": (l2_prefetch_kernel, 32, 4, {}),
+    "l2_ahead_1": (l2_ahead_kernel, 32, 4, {"AHEAD": 1}),
+    "l2_ahead_2": (l2_ahead_kernel, 32, 4, {"AHEAD": 2}),
+}
+g = torch.Generator().manual_seed(0)
+results = {}
+for name, (kernel, V, chunks, constexprs) in CASES.items():
+    for dtype in (torch.float32, torch.bfloat16):
+        bits = torch.int32 if dtype == torch.float32 else torch.int16
+        mixed = torch.randn(B, 2 * H * K + HV * V, generator=g).bfloat16()
+        a, b = (torch.randn(B, HV, generator=g).bfloat16() for _ in range(2))
+        A_log, dt_bias = torch.rand(HV, generator=g), torch.randn(HV, generator=g)
+        state = (torch.randn(B + 2, HV, V, K, generator=g) * 0.1).to(dtype)
+        indices = torch.tensor([3, 0, 1, -1], dtype=torch.int32)
+        want_out, want_state = golden.recurrent_step(
+            mixed, a, b, A_log, dt_bias, state, indices, num_k_heads=H, scale=K**-0.5
+        )
+        dims = RecurrentDims(B, H, HV, K, V, K**-0.5, True)
+        config = recurrent.RecurrentConfig(8, *recurrent.row_split(K, dtype), 1, chunks=chunks)
+        new_state = state.clone()
+        out = torch.full((B, 1, HV, V), 7.0, dtype=mixed.dtype)
+        grid, arguments, ours = recurrent.kernel_arguments(
+            mixed, a, b, A_log, dt_bias, out, new_state, indices, dims, config
+        )
+        kernel[grid](*arguments, **ours, **constexprs, num_warps=1)
+        differ = lambda x, y, t: int((x.view(t) != y.view(t)).sum())
+        results[f"{name} {str(dtype)[6:]}"] = {
+            "out_bits_differ": differ(out, want_out.reshape(out.shape), torch.int16),
+            "state_bits_differ": differ(new_state, want_state, bits),
+            "state_changed": differ(new_state, state, bits),
+        }
+print(json.dumps(results))
+"""
+
+
+def test_the_kernels_write_the_goldens_bits_in_the_interpreter():
+    cases = run_interpreted(GOLDEN_BITS)
+    assert len(cases) == 10
+    for name, case in cases.items():
+        assert case["out_bits_differ"] == 0, name
+        assert case["state_bits_differ"] == 0, name
+        assert case["state_changed"] > 0, name  # the step did update the state
