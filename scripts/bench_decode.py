@@ -653,12 +653,13 @@ VARIANTS = {
     # (harness/early_loads_kernel.py), at the default shape.
     "early_loads": {"early_loads": (None, {}, early_loads_kernel)},
     # The state asked into L2 ahead of its loads (harness/l2_prefetch_kernel.py): a program's
-    # whole range first, or 1 or 2 blocks ahead in the loop; at the default shape and at one warp
-    # of 8 value rows taking 8 or 16 blocks in turn (with ours there).
+    # whole range first, or 1 or 2 blocks ahead in the loop (also with the early loads); at the
+    # default shape and at one warp of 8 value rows taking 8 or 16 blocks in turn (with ours).
     "l2_prefetch": {
         "l2_prefetch": (None, {}, l2_prefetch_kernel),
         "l2_ahead_1": (None, {"AHEAD": 1}, l2_ahead_kernel),
         "l2_ahead_2": (None, {"AHEAD": 2}, l2_ahead_kernel),
+        "early_l2_ahead_2": (None, {"AHEAD": 2, "EARLY_LOADS": True}, l2_ahead_kernel),
         "w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, None),
         "l2_prefetch_w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, l2_prefetch_kernel),
         "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),

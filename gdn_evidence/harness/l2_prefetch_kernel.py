@@ -14,7 +14,8 @@ more occupancy than it won.
 * ``l2_ahead_kernel``: ours' loop with block i + 1 + AHEAD asked for at the top of iteration i
   (blocks 1 .. AHEAD before the loop), so that at most AHEAD + 2 blocks of a program are in L2 or
   on their way; whole blocks only (V a multiple of BV * CHUNKS). Its arithmetic and stores are
-  ``recurrent_step_kernel``'s device functions in the same order.
+  ``recurrent_step_kernel``'s device functions in the same order; with EARLY_LOADS, its loads
+  go out in ``harness/early_loads_kernel.py``'s order (both changes at once).
 
 Both have the goldens' bits. They need sm_90 or later and a state whose rows are K contiguous
 elements, 16-byte aligned (the bench's); under Triton's interpreter the prefetch is skipped.
@@ -184,10 +185,12 @@ def l2_ahead_kernel(
     LOG2_VEC: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
     AHEAD: tl.constexpr = 1,
+    EARLY_LOADS: tl.constexpr = False,
 ):
     """``recurrent_step_kernel`` whose blocks are asked into L2 AHEAD blocks ahead: blocks
     1 .. AHEAD before the loop, block i + 1 + AHEAD at the top of iteration i (whole blocks:
-    V a multiple of BV * CHUNKS, as the bench runs it)."""
+    V a multiple of BV * CHUNKS, as the bench runs it). With EARLY_LOADS, its loads go out in
+    ``early_loads_kernel``'s order."""
     J: tl.constexpr = 1 << LOG2_J
     C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
     pid = tl.program_id(0).to(tl.int64)
@@ -199,6 +202,17 @@ def l2_ahead_kernel(
     o_c = tl.arange(0, C)[None, :]
     o_v = i_v * (CHUNKS * BV) + tl.arange(0, BV)
     mask_v = o_v < V
+
+    row = mixed_qkv + i_n * stride_qkv_row
+    p_v = row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col
+    if EARLY_LOADS:
+        a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
+        b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
+        A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
+        dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
+        q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
+        k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
+        v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
 
     p_out = out + i_nh * V + o_v
     block = tl.load(state_indices + i_n * stride_indices).to(tl.int64)
@@ -214,20 +228,21 @@ def l2_ahead_kernel(
     p_head = state + block * stride_state_block + i_hv * stride_state_head
     first_row = i_v * (CHUNKS * BV)
     prefetch_rows(p_head, first_row + BV, AHEAD * BV, V, K, stride_state_v)
-    row = mixed_qkv + i_n * stride_qkv_row
-    q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
-    k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
-    p_v = row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col
-    v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
+    if not EARLY_LOADS:
+        q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
+        k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
+        v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
     p_h = p_head + o_v[:, None] * stride_state_v + o_c * stride_state_k
     h = load_state_block(p_h, mask_v, stride_state_k, K, C, J)
+    if EARLY_LOADS:
+        decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
     q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
-
-    a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
-    b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
-    A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
-    dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
-    decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
+    if not EARLY_LOADS:
+        a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
+        b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
+        A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
+        dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
+        decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
 
     for i_c in tl.range(CHUNKS):
         if i_c + 1 + AHEAD < CHUNKS:

@@ -24,13 +24,15 @@ pytestmark = pytest.mark.skipif(
     recurrent_kernel.INTERPRETED, reason="compiles for sm_90: not under TRITON_INTERPRET=1"
 )
 
-# kernel, its extra compile-time arguments, the prefetches in its code: one before ours (the
-# program's whole range), or one before the loop and one at the top of each iteration
+# kernel, its extra compile-time arguments (every one: the compile here passes no defaults), the
+# prefetches in its code: one before ours (the program's whole range), or one before the loop and
+# one at the top of each iteration
 KERNELS = {
     "ours": (recurrent_kernel.recurrent_step_kernel, {}, 0),
     "l2_prefetch": (l2_prefetch_kernel, {}, 1),
-    "l2_ahead_1": (l2_ahead_kernel, {"AHEAD": 1}, 2),
-    "l2_ahead_2": (l2_ahead_kernel, {"AHEAD": 2}, 2),
+    "l2_ahead_1": (l2_ahead_kernel, {"AHEAD": 1, "EARLY_LOADS": False}, 2),
+    "l2_ahead_2": (l2_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": False}, 2),
+    "early_l2_ahead_2": (l2_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": True}, 2),
 }
 
 
@@ -116,6 +118,7 @@ CASES = {  # name: kernel, V, blocks per program, compile-time arguments
     "l2_prefetch": (l2_prefetch_kernel, 32, 4, {}),
     "l2_ahead_1": (l2_ahead_kernel, 32, 4, {"AHEAD": 1}),
     "l2_ahead_2": (l2_ahead_kernel, 32, 4, {"AHEAD": 2}),
+    "early_l2_ahead_2": (l2_ahead_kernel, 32, 4, {"AHEAD": 2, "EARLY_LOADS": True}),
 }
 g = torch.Generator().manual_seed(0)
 results = {}
@@ -150,7 +153,7 @@ print(json.dumps(results))
 
 def test_the_kernels_write_the_goldens_bits_in_the_interpreter():
     cases = run_interpreted(GOLDEN_BITS)
-    assert len(cases) == 10
+    assert len(cases) == 12
     for name, case in cases.items():
         assert case["out_bits_differ"] == 0, name
         assert case["state_bits_differ"] == 0, name
