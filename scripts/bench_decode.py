@@ -63,16 +63,16 @@ VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not b
 written by a second) against vLLM's decode step and ours, with its bits compared with ours.
 ``--registers``, ``--prefetch``, ``--early-loads``, ``--l2-prefetch`` and ``--pipelined`` time those
 sets of VARIANTS the same way: ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py``
-(the state two blocks ahead in flight), ``harness/early_loads_kernel.py`` (every load that does
-not depend on the state's block issued first), ``harness/l2_prefetch_kernel.py`` (the state
-asked into L2 ahead, one bulk prefetch: a program's whole range first, or blocks ahead in the
-loop) and ``harness/pipelined_kernel.py`` (the loop over blocks software-pipelined by Triton, the
-next blocks' state copied into shared memory asynchronously, at 2 to 4 stages), some also at
-other shapes, with ours there; ``same_bits`` says whether each variant's output and state were
-bitwise ours after one call. ``--what-if`` also times, beside each recurrent case with a bf16
-state, ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with
-FMAs; no golden has its bits) at the default launch shape's block of value rows and warps, one
-block per program (it takes no blocks in turn): ``what_if`` holds its medians and vLLM's time over
+(the state two blocks ahead in flight), ``harness/loads_ahead_kernel.py`` (every load that does
+not depend on the state's block issued first; the state asked into L2 ahead, one bulk prefetch:
+a program's whole range first, or blocks ahead in the loop) and ``harness/pipelined_kernel.py``
+(the loop over blocks software-pipelined by Triton, the next blocks' state copied into shared
+memory asynchronously, at 2 to 4 stages), some also at other shapes, with ours there;
+``same_bits`` says whether each variant's output and state were bitwise ours after one call.
+``--what-if`` also times, beside each recurrent case with a bf16 state,
+``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
+no golden has its bits) at the default launch shape's block of value rows and warps, one block
+per program (it takes no blocks in turn): ``what_if`` holds its medians and vLLM's time over
 each. Not with an fp32 state, where that kernel spills under Triton 3.9.0
 (``scripts/sass_mix.py``).
 
@@ -106,9 +106,8 @@ import torch
 
 from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
-from gdn_evidence.harness.early_loads_kernel import early_loads_kernel
-from gdn_evidence.harness.l2_prefetch_kernel import l2_ahead_kernel, l2_prefetch_kernel
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
+from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
 from gdn_evidence.harness.pipelined_kernel import (
     ONE_WARP_8_ROWS,
     PIPELINED,
@@ -629,6 +628,14 @@ def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
 
 
 VARIANT_ROUNDS = 5
+EARLY_LOADS = {"AHEAD": 0, "EARLY_LOADS": True}  # loads_ahead_kernel's compile-time arguments
+
+
+def l2_ahead(blocks: int) -> dict:
+    """loads_ahead_kernel's compile-time arguments for the L2 prefetch ``blocks`` ahead."""
+    return {"AHEAD": blocks, "EARLY_LOADS": False}
+
+
 # Sets of variants of our recurrent kernel, name: (launch-shape fields replaced or None, compile
 # options, kernel or None for ours).
 VARIANTS = {
@@ -650,21 +657,21 @@ VARIANTS = {
         "prefetch_two_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, prefetch_two_kernel),
     },
     # Every load that does not depend on the state's block issued first
-    # (harness/early_loads_kernel.py), at the default shape.
-    "early_loads": {"early_loads": (None, {}, early_loads_kernel)},
-    # The state asked into L2 ahead of its loads (harness/l2_prefetch_kernel.py): a program's
+    # (harness/loads_ahead_kernel.py), at the default shape.
+    "early_loads": {"early_loads": (None, EARLY_LOADS, loads_ahead_kernel)},
+    # The state asked into L2 ahead of its loads (harness/loads_ahead_kernel.py): a program's
     # whole range first, or 1 or 2 blocks ahead in the loop (also with the early loads); at the
     # default shape and at one warp of 8 value rows taking 8 or 16 blocks in turn (with ours).
     "l2_prefetch": {
         "l2_prefetch": (None, {}, l2_prefetch_kernel),
-        "l2_ahead_1": (None, {"AHEAD": 1}, l2_ahead_kernel),
-        "l2_ahead_2": (None, {"AHEAD": 2}, l2_ahead_kernel),
-        "early_l2_ahead_2": (None, {"AHEAD": 2, "EARLY_LOADS": True}, l2_ahead_kernel),
+        "l2_ahead_1": (None, l2_ahead(1), loads_ahead_kernel),
+        "l2_ahead_2": (None, l2_ahead(2), loads_ahead_kernel),
+        "early_l2_ahead_2": (None, l2_ahead(2) | {"EARLY_LOADS": True}, loads_ahead_kernel),
         "w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, None),
         "l2_prefetch_w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, l2_prefetch_kernel),
         "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
         "l2_prefetch_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, l2_prefetch_kernel),
-        "l2_ahead_2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {"AHEAD": 2}, l2_ahead_kernel),
+        "l2_ahead_2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, l2_ahead(2), loads_ahead_kernel),
     },
     # The loop over blocks software-pipelined by Triton (harness/pipelined_kernel.py: the next
     # blocks' state in flight as asynchronous copies into shared memory), with ours at the
@@ -701,9 +708,10 @@ def launch_variant(
     return out
 
 
-# The what-if kernels that take every launch shape ours takes; the others take whole blocks,
-# two or more per program.
-ANY_SHAPE = (early_loads_kernel,)
+def takes_every_shape(kernel, options: dict) -> bool:
+    """Ours, and loads_ahead_kernel without the L2 prefetch, take every launch shape; the
+    other what-if kernels take whole blocks, two or more per program."""
+    return kernel is None or (kernel is loads_ahead_kernel and options.get("AHEAD") == 0)
 
 
 def whole_blocks(config, head_v: int) -> bool:
@@ -757,7 +765,7 @@ def time_variants(arms: dict, x: dict, clock: GpuClock, variants: dict) -> dict:
         config = dataclasses.replace(
             config, chunks=max(1, min(config.chunks, dims.head_v // config.block_v))
         )
-        if kernel not in (None, *ANY_SHAPE) and not whole_blocks(config, arms["_dims"].head_v):
+        if not takes_every_shape(kernel, options) and not whole_blocks(config, dims.head_v):
             continue
         configs[name] = config.__dict__
         state = x["state"].clone()

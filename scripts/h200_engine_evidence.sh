@@ -45,13 +45,12 @@
 #                 the variants of gdn_evidence/harness/pipelined_kernel.py against vLLM and ours,
 #                 alternating, with their bits compared with ours) from B = 1024 down to 8
 #                 (alone on the GPU); one call: source scripts/h200_layer_env.sh, no stage.sh
-#   loads-ahead   the recurrent kernel with its loads earlier: every load that does not depend
-#                 on the state's block first (bench_decode.py --early-loads,
-#                 gdn_evidence/harness/early_loads_kernel.py), the state asked into L2 ahead
-#                 (--l2-prefetch, gdn_evidence/harness/l2_prefetch_kernel.py), each set against
-#                 vLLM and ours, alternating, with its bits compared with ours, from B = 1024
-#                 down to 1 (alone on the GPU); one call: source scripts/h200_layer_env.sh, no
-#                 stage.sh
+#   loads-ahead   the recurrent kernel with its loads earlier
+#                 (gdn_evidence/harness/loads_ahead_kernel.py): every load that does not depend
+#                 on the state's block first (bench_decode.py --early-loads), the state asked
+#                 into L2 ahead (--l2-prefetch), each set against vLLM and ours, alternating,
+#                 with its bits compared with ours, from B = 1024 down to 1 (alone on the GPU);
+#                 one call: source scripts/h200_layer_env.sh, no stage.sh
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape

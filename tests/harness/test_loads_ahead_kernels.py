@@ -1,8 +1,8 @@
 """The what-if kernels that issue the recurrent step's loads earlier: the goldens' bits in Triton's
 interpreter (inactive rows, a partial last block), and, compiled for sm_90 without a GPU,
-gdn_evidence/harness/l2_prefetch_kernel.py's kernels are ours with bulk L2 prefetches (ours has
-none) and early_loads_kernel issues every global load before its first barrier (ours does not);
-all keep the goldens' no-FMA rule and ours' registers or fewer."""
+gdn_evidence/harness/loads_ahead_kernel.py's kernels are ours with bulk L2 prefetches (ours has
+none) or with every global load before the first barrier (ours' has not); all keep the goldens'
+no-FMA rule and ours' registers or fewer."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gdn_evidence.harness.early_loads_kernel import early_loads_kernel
-from gdn_evidence.harness.l2_prefetch_kernel import l2_ahead_kernel, l2_prefetch_kernel
 from gdn_evidence.harness.launch_shapes import qwen3_next_dims
+from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 
@@ -30,9 +29,10 @@ pytestmark = pytest.mark.skipif(
 KERNELS = {
     "ours": (recurrent_kernel.recurrent_step_kernel, {}, 0),
     "l2_prefetch": (l2_prefetch_kernel, {}, 1),
-    "l2_ahead_1": (l2_ahead_kernel, {"AHEAD": 1, "EARLY_LOADS": False}, 2),
-    "l2_ahead_2": (l2_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": False}, 2),
-    "early_l2_ahead_2": (l2_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": True}, 2),
+    "l2_ahead_1": (loads_ahead_kernel, {"AHEAD": 1, "EARLY_LOADS": False}, 2),
+    "l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": False}, 2),
+    "early_l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": True}, 2),
+    "early_loads": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": True}, 0),
 }
 
 
@@ -82,19 +82,20 @@ SASS_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z0-9_]+)
 
 
 @pytest.mark.parametrize("state_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("kernel", [recurrent_kernel.recurrent_step_kernel, early_loads_kernel])
-def test_early_loads_issue_every_load_before_the_first_barrier(kernel, state_dtype):
+@pytest.mark.parametrize("name", ["ours", "early_loads"])
+def test_early_loads_issue_every_load_before_the_first_barrier(name, state_dtype):
+    kernel, constexprs, _ = KERNELS[name]
     dims = qwen3_next_dims(1)
     config = recurrent_kernel.recurrent_config(dims, state_dtype, interpreted=False)
     assert config.chunks == 1  # one block per program: no load of a next block
     compiled = codegen.compile_recurrent(
-        dims, state_dtype=state_dtype, module=as_module(kernel, {})
+        dims, state_dtype=state_dtype, module=as_module(kernel, constexprs)
     )
     ours = codegen.compile_recurrent(dims, state_dtype=state_dtype)
     opcodes = SASS_OPCODE.findall(codegen.sass_of(compiled.asm["cubin"]))
     first_barrier = opcodes.index("BAR")
     loads_after = [i for i, op in enumerate(opcodes) if op == "LDG" and i > first_barrier]
-    assert bool(loads_after) is (kernel is recurrent_kernel.recurrent_step_kernel)
+    assert bool(loads_after) is (name == "ours")
     assert codegen.report_of(compiled).clean
     usage = codegen.resource_usage(compiled)
     assert not usage.spills and usage.registers <= codegen.resource_usage(ours).registers
@@ -102,23 +103,22 @@ def test_early_loads_issue_every_load_before_the_first_barrier(kernel, state_dty
 
 # Each kernel against the golden in Triton's interpreter (where the prefetches are skipped):
 # K = 16, inactive rows 1 and 3; V = 24 in blocks of 8 rows, 4 per program (the last block past
-# V) or 1, for the kernel that takes every shape; V = 32, whole blocks, for those that need them.
+# V) or 1, or V = 32, whole blocks.
 GOLDEN_BITS = """
 import json, torch
-from gdn_evidence.harness.early_loads_kernel import early_loads_kernel
-from gdn_evidence.harness.l2_prefetch_kernel import l2_ahead_kernel, l2_prefetch_kernel
+from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
 from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.kernels import recurrent
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
 H, HV, K, B = 1, 2, 16, 4
 CASES = {  # name: kernel, V, blocks per program, compile-time arguments
-    "early_loads chunks=4": (early_loads_kernel, 24, 4, {}),
-    "early_loads chunks=1": (early_loads_kernel, 24, 1, {}),
+    "early_loads chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 0, "EARLY_LOADS": True}),
+    "early_loads chunks=1": (loads_ahead_kernel, 24, 1, {"AHEAD": 0, "EARLY_LOADS": True}),
     "l2_prefetch": (l2_prefetch_kernel, 32, 4, {}),
-    "l2_ahead_1": (l2_ahead_kernel, 32, 4, {"AHEAD": 1}),
-    "l2_ahead_2": (l2_ahead_kernel, 32, 4, {"AHEAD": 2}),
-    "early_l2_ahead_2": (l2_ahead_kernel, 32, 4, {"AHEAD": 2, "EARLY_LOADS": True}),
+    "l2_ahead_1": (loads_ahead_kernel, 32, 4, {"AHEAD": 1, "EARLY_LOADS": False}),
+    "l2_ahead_2 chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 2, "EARLY_LOADS": False}),
+    "early_l2_ahead_2": (loads_ahead_kernel, 32, 4, {"AHEAD": 2, "EARLY_LOADS": True}),
 }
 g = torch.Generator().manual_seed(0)
 results = {}

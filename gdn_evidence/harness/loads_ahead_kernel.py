@@ -1,24 +1,30 @@
-"""What-if recurrent decode kernels, for their time (``scripts/bench_decode.py --l2-prefetch``):
-the state asked into L2 ahead of its loads; nothing checks their outputs but the bench's own bit
-comparison with ours and the CPU tests.
+"""What-if recurrent decode kernels that issue the state's loads, or ask for it, earlier, for
+their time (``scripts/bench_decode.py --early-loads`` and ``--l2-prefetch``); nothing checks their
+outputs but the bench's own bit comparison with ours and the CPU tests. Their arithmetic, its
+order and their stores are ``kernels.recurrent.recurrent_step_kernel``'s (that kernel, or its
+device functions called on the same values), so their bits are the goldens'.
 
-The request is one bulk L2 prefetch (``cp.async.bulk.prefetch.L2.global``, Hopper's copy engine;
-SASS ``UBLKPF.L2``) of a range of state rows, issued by the program's first thread; it holds no
-register. Ours loads a program's next block only after most of the current block's arithmetic
-(ptxas's choice, docs/kernels.md "Register budgets"), and holding it earlier in registers cost
-more occupancy than it won.
+Two things hold ours' loads back. With few programs (small B) one program's chain of waits is
+the kernel's time, and ours' holds three memory latencies in a row: the block's index (the
+state's address and the inactive-row branch wait on it, and q, k and v are loaded after the
+branch), q and k (their norms end in barriers), and the gates' inputs (a, b, A_log, dt_bias),
+loaded after those barriers, where no compiler moves a load back across; the gates' arithmetic
+then comes before the state's first operation, the decay. And ours loads a program's next block
+of value rows only after most of the current block's arithmetic (ptxas's choice, docs/kernels.md
+"Register budgets"), where holding it earlier in registers cost more occupancy than it won.
 
-* ``l2_prefetch_kernel``: the CHUNKS * BV rows the program takes, all at once, then
-  ``kernels.recurrent.recurrent_step_kernel`` itself, called with the same arguments (the same
-  arithmetic, loads and stores).
-* ``l2_ahead_kernel``: ours' loop with block i + 1 + AHEAD asked for at the top of iteration i
-  (blocks 1 .. AHEAD before the loop), so that at most AHEAD + 2 blocks of a program are in L2 or
-  on their way; whole blocks only (V a multiple of BV * CHUNKS). Its arithmetic and stores are
-  ``recurrent_step_kernel``'s device functions in the same order; with EARLY_LOADS, its loads
-  go out in ``harness/early_loads_kernel.py``'s order (both changes at once).
+* ``loads_ahead_kernel``: ours with EARLY_LOADS, every load that does not depend on the state's
+  block issued first, the state's as soon as the index is in, and the gates and the norms
+  computed while the state is on its way; with AHEAD > 0, blocks 1 .. AHEAD of the program asked
+  into L2 before the loop and block i + 1 + AHEAD at the top of iteration i. It takes every
+  launch shape ours takes.
+* ``l2_prefetch_kernel``: all the state rows the program takes asked into L2 at once, then
+  ``recurrent_step_kernel`` itself, called with the same arguments.
 
-Both have the goldens' bits. They need sm_90 or later and a state whose rows are K contiguous
-elements, 16-byte aligned (the bench's); under Triton's interpreter the prefetch is skipped.
+The request into L2 is one bulk prefetch (``cp.async.bulk.prefetch.L2.global``, Hopper's copy
+engine; SASS ``UBLKPF.L2``) of a range of state rows, issued by the program's first thread; it
+holds no register. It needs sm_90 or later and a state whose rows are K contiguous elements,
+16-byte aligned (the bench's); under Triton's interpreter it is skipped.
 """
 
 from __future__ import annotations
@@ -150,7 +156,7 @@ def l2_prefetch_kernel(
 
 
 @triton.jit
-def l2_ahead_kernel(
+def loads_ahead_kernel(
     mixed_qkv,
     a,
     b,
@@ -184,13 +190,9 @@ def l2_ahead_kernel(
     LOG2_CL: tl.constexpr,
     LOG2_VEC: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
-    AHEAD: tl.constexpr = 1,
-    EARLY_LOADS: tl.constexpr = False,
+    AHEAD: tl.constexpr,
+    EARLY_LOADS: tl.constexpr,
 ):
-    """``recurrent_step_kernel`` whose blocks are asked into L2 AHEAD blocks ahead: blocks
-    1 .. AHEAD before the loop, block i + 1 + AHEAD at the top of iteration i (whole blocks:
-    V a multiple of BV * CHUNKS, as the bench runs it). With EARLY_LOADS, its loads go out in
-    ``early_loads_kernel``'s order."""
     J: tl.constexpr = 1 << LOG2_J
     C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
     pid = tl.program_id(0).to(tl.int64)
@@ -205,7 +207,7 @@ def l2_ahead_kernel(
 
     row = mixed_qkv + i_n * stride_qkv_row
     p_v = row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col
-    if EARLY_LOADS:
+    if EARLY_LOADS:  # before the block's index arrives
         a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
         b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
         A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
@@ -227,14 +229,16 @@ def l2_ahead_kernel(
 
     p_head = state + block * stride_state_block + i_hv * stride_state_head
     first_row = i_v * (CHUNKS * BV)
-    prefetch_rows(p_head, first_row + BV, AHEAD * BV, V, K, stride_state_v)
+    if AHEAD > 0:  # blocks 1 .. AHEAD, those the program takes
+        ahead_rows = tl.minimum(AHEAD, CHUNKS - 1) * BV
+        prefetch_rows(p_head, first_row + BV, ahead_rows, V, K, stride_state_v)
     if not EARLY_LOADS:
         q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
         k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
         v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
     p_h = p_head + o_v[:, None] * stride_state_v + o_c * stride_state_k
     h = load_state_block(p_h, mask_v, stride_state_k, K, C, J)
-    if EARLY_LOADS:
+    if EARLY_LOADS:  # while the state is on its way
         decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
     q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
     if not EARLY_LOADS:
@@ -245,16 +249,29 @@ def l2_ahead_kernel(
         decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
 
     for i_c in tl.range(CHUNKS):
-        if i_c + 1 + AHEAD < CHUNKS:
-            prefetch_rows(p_head, first_row + (i_c + 1 + AHEAD) * BV, BV, V, K, stride_state_v)
-        step = tl.where(i_c + 1 < CHUNKS, BV, 0)  # after the last block, this block again
-        h_next = load_state_block(p_h + step * stride_state_v, mask_v, stride_state_k, K, C, J)
-        v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_v, other=0.0))
+        if AHEAD > 0:
+            if i_c + 1 + AHEAD < CHUNKS:
+                ahead = first_row + (i_c + 1 + AHEAD) * BV
+                prefetch_rows(p_head, ahead, BV, V, K, stride_state_v)
+        if CHUNKS > 1:  # ours' loads of the next block, as ours issues them
+            if V % (BV * CHUNKS) == 0:
+                mask_next = mask_v
+                step = tl.where(i_c + 1 < CHUNKS, BV, 0)
+            else:
+                mask_next = (o_v + BV < V) & (i_c + 1 < CHUNKS)
+                step = BV
+            h_next = load_state_block(
+                p_h + step * stride_state_v, mask_next, stride_state_k, K, C, J
+            )
+            v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_next, other=0.0))
         h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
         store_state_block(p_h, h, mask_v, stride_state_k, K, C, J)
         tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
-        h = h_next
-        v = v_next
-        p_h += BV * stride_state_v
-        p_v += BV * stride_qkv_col
-        p_out += BV
+        if CHUNKS > 1:
+            h = h_next
+            v = v_next
+            mask_v = mask_next
+            o_v += BV
+            p_h += BV * stride_state_v
+            p_v += BV * stride_qkv_col
+            p_out += BV
