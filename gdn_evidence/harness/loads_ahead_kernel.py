@@ -75,6 +75,37 @@ def prefetch_rows(p_block, first_row, rows, V: tl.constexpr, K: tl.constexpr, st
 
 
 @triton.jit
+def gate_inputs(p_a, p_b, p_A_log, p_dt_bias):
+    """(a, b, A_log, dt_bias) of one (row, value head), loaded and widened to fp32 as ours
+    loads them."""
+    return (
+        to_fp32(tl.load(p_a)),
+        to_fp32(tl.load(p_b)),
+        to_fp32(tl.load(p_A_log)),
+        to_fp32(tl.load(p_dt_bias)),
+    )
+
+
+@triton.jit
+def qkv_vectors(
+    row,
+    p_v,
+    mask_v,
+    i_h,
+    stride_col,
+    H: tl.constexpr,
+    K: tl.constexpr,
+    C: tl.constexpr,
+    LOG2_J: tl.constexpr,
+):
+    """q, k (fp32 [J, C]) of k-head ``i_h`` and the block's v (fp32), loaded from the packed
+    row as ours loads them."""
+    q = load_vector(row, i_h * K, stride_col, K, C, LOG2_J)
+    k = load_vector(row, H * K + i_h * K, stride_col, K, C, LOG2_J)
+    return q, k, to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
+
+
+@triton.jit
 def l2_prefetch_kernel(
     mixed_qkv,
     a,
@@ -201,20 +232,19 @@ def loads_ahead_kernel(
     i_n = i_nh // HV
     i_hv = i_nh % HV
     i_h = i_hv // (HV // H)
+    first_row = i_v * (CHUNKS * BV)
     o_c = tl.arange(0, C)[None, :]
-    o_v = i_v * (CHUNKS * BV) + tl.arange(0, BV)
+    o_v = first_row + tl.arange(0, BV)
     mask_v = o_v < V
 
     row = mixed_qkv + i_n * stride_qkv_row
     p_v = row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col
+    p_a = a + i_n * stride_a_row + i_hv * stride_a_col
+    p_b = b + i_n * stride_b_row + i_hv * stride_b_col
+    p_A_log, p_dt_bias = A_log + i_hv * stride_A_log, dt_bias + i_hv * stride_dt_bias
     if EARLY_LOADS:  # before the block's index arrives
-        a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
-        b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
-        A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
-        dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
-        q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
-        k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
-        v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
+        gate_values = gate_inputs(p_a, p_b, p_A_log, p_dt_bias)
+        q, k, v = qkv_vectors(row, p_v, mask_v, i_h, stride_qkv_col, H, K, C, LOG2_J)
 
     p_out = out + i_nh * V + o_v
     block = tl.load(state_indices + i_n * stride_indices).to(tl.int64)
@@ -228,25 +258,19 @@ def loads_ahead_kernel(
         return
 
     p_head = state + block * stride_state_block + i_hv * stride_state_head
-    first_row = i_v * (CHUNKS * BV)
     if AHEAD > 0:  # blocks 1 .. AHEAD, those the program takes
         ahead_rows = tl.minimum(AHEAD, CHUNKS - 1) * BV
         prefetch_rows(p_head, first_row + BV, ahead_rows, V, K, stride_state_v)
     if not EARLY_LOADS:
-        q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
-        k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
-        v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
+        q, k, v = qkv_vectors(row, p_v, mask_v, i_h, stride_qkv_col, H, K, C, LOG2_J)
     p_h = p_head + o_v[:, None] * stride_state_v + o_c * stride_state_k
     h = load_state_block(p_h, mask_v, stride_state_k, K, C, J)
     if EARLY_LOADS:  # while the state is on its way
-        decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
+        decay, beta = gates(gate_values[0], gate_values[1], gate_values[2], gate_values[3])
     q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
     if not EARLY_LOADS:
-        a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
-        b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
-        A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
-        dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
-        decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
+        gate_values = gate_inputs(p_a, p_b, p_A_log, p_dt_bias)
+        decay, beta = gates(gate_values[0], gate_values[1], gate_values[2], gate_values[3])
 
     for i_c in tl.range(CHUNKS):
         if AHEAD > 0:
