@@ -101,17 +101,14 @@ def test_early_loads_issue_every_load_before_the_first_barrier(name, state_dtype
     assert not usage.spills and usage.registers <= codegen.resource_usage(ours).registers
 
 
-# Each kernel against the golden in Triton's interpreter (where the prefetches are skipped):
-# K = 16, inactive rows 1 and 3; V = 24 in blocks of 8 rows, 4 per program (the last block past
-# V) or 1, or V = 32, whole blocks.
+# Each kernel against the golden in Triton's interpreter (where the prefetches are skipped), on
+# tests/harness/interpreted_recurrent.py's case (inactive rows 1 and 3): V = 24 in blocks of 8
+# rows, 4 per program (the last block past V) or 1, or V = 32, whole blocks.
 GOLDEN_BITS = """
 import json, torch
 from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
-from vllm_gdn_invariant import golden
-from vllm_gdn_invariant.kernels import recurrent
-from vllm_gdn_invariant.kernels.validation import RecurrentDims
+from tests.harness.interpreted_recurrent import bit_differences, recurrent_case
 
-H, HV, K, B = 1, 2, 16, 4
 CASES = {  # name: kernel, V, blocks per program, compile-time arguments
     "early_loads chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 0, "EARLY_LOADS": True}),
     "early_loads chunks=1": (loads_ahead_kernel, 24, 1, {"AHEAD": 0, "EARLY_LOADS": True}),
@@ -122,31 +119,12 @@ CASES = {  # name: kernel, V, blocks per program, compile-time arguments
 }
 g = torch.Generator().manual_seed(0)
 results = {}
-for name, (kernel, V, chunks, constexprs) in CASES.items():
+for name, (kernel, V, chunks, extra) in CASES.items():
     for dtype in (torch.float32, torch.bfloat16):
-        bits = torch.int32 if dtype == torch.float32 else torch.int16
-        mixed = torch.randn(B, 2 * H * K + HV * V, generator=g).bfloat16()
-        a, b = (torch.randn(B, HV, generator=g).bfloat16() for _ in range(2))
-        A_log, dt_bias = torch.rand(HV, generator=g), torch.randn(HV, generator=g)
-        state = (torch.randn(B + 2, HV, V, K, generator=g) * 0.1).to(dtype)
-        indices = torch.tensor([3, 0, 1, -1], dtype=torch.int32)
-        want_out, want_state = golden.recurrent_step(
-            mixed, a, b, A_log, dt_bias, state, indices, num_k_heads=H, scale=K**-0.5
-        )
-        dims = RecurrentDims(B, H, HV, K, V, K**-0.5, True)
-        config = recurrent.RecurrentConfig(8, *recurrent.row_split(K, dtype), 1, chunks=chunks)
-        new_state = state.clone()
-        out = torch.full((B, 1, HV, V), 7.0, dtype=mixed.dtype)
-        grid, arguments, ours = recurrent.kernel_arguments(
-            mixed, a, b, A_log, dt_bias, out, new_state, indices, dims, config
-        )
-        kernel[grid](*arguments, **ours, **constexprs, num_warps=1)
-        differ = lambda x, y, t: int((x.view(t) != y.view(t)).sum())
-        results[f"{name} {str(dtype)[6:]}"] = {
-            "out_bits_differ": differ(out, want_out.reshape(out.shape), torch.int16),
-            "state_bits_differ": differ(new_state, want_state, bits),
-            "state_changed": differ(new_state, state, bits),
-        }
+        def launch(grid, arguments, constexprs, kernel=kernel, extra=extra):
+            kernel[grid](*arguments, **constexprs, **extra, num_warps=1)
+        case = recurrent_case(g, dtype, V)
+        results[f"{name} {str(dtype)[6:]}"] = bit_differences(case, chunks, launch)
 print(json.dumps(results))
 """
 

@@ -27,38 +27,16 @@ EVIDENCE = REPO_ROOT / "docs" / "evidence"
 CHECK = """
 import json, torch
 from gdn_evidence.harness.pipelined_kernel import pipelined_kernel
-from vllm_gdn_invariant import golden
-from vllm_gdn_invariant.kernels import recurrent
-from vllm_gdn_invariant.kernels.validation import RecurrentDims
+from tests.harness.interpreted_recurrent import bit_differences, recurrent_case
 
-H, HV, K, V, B = 1, 2, 16, 24, 4
 g = torch.Generator().manual_seed(0)
 results = {}
 for dtype in (torch.float32, torch.bfloat16):
-    bits = torch.int32 if dtype == torch.float32 else torch.int16
-    mixed = torch.randn(B, 2 * H * K + HV * V, generator=g).bfloat16()
-    a, b = (torch.randn(B, HV, generator=g).bfloat16() for _ in range(2))
-    A_log, dt_bias = torch.rand(HV, generator=g), torch.randn(HV, generator=g)
-    state = (torch.randn(B + 2, HV, V, K, generator=g) * 0.1).to(dtype)
-    indices = torch.tensor([3, 0, 1, -1], dtype=torch.int32)  # rows 1 and 3 inactive
-    want_out, want_state = golden.recurrent_step(
-        mixed, a, b, A_log, dt_bias, state, indices, num_k_heads=H, scale=K**-0.5
-    )
-    dims = RecurrentDims(B, H, HV, K, V, K**-0.5, True)
-    config = recurrent.RecurrentConfig(8, *recurrent.row_split(K, dtype), 1, chunks=4)
+    case = recurrent_case(g, dtype, 24)
     for stages in (1, 2, 3):
-        new_state = state.clone()
-        out = torch.full((B, 1, HV, V), 7.0, dtype=mixed.dtype)
-        grid, arguments, constexprs = recurrent.kernel_arguments(
-            mixed, a, b, A_log, dt_bias, out, new_state, indices, dims, config
-        )
-        pipelined_kernel[grid](*arguments, **constexprs, STAGES=stages, num_warps=1)
-        differ = lambda x, y, t: int((x.view(t) != y.view(t)).sum())
-        results[f"{str(dtype)[6:]} stages={stages}"] = {
-            "out_bits_differ": differ(out, want_out.reshape(out.shape), torch.int16),
-            "state_bits_differ": differ(new_state, want_state, bits),
-            "state_changed": differ(new_state, state, bits),
-        }
+        def launch(grid, arguments, constexprs, stages=stages):
+            pipelined_kernel[grid](*arguments, **constexprs, STAGES=stages, num_warps=1)
+        results[f"{str(dtype)[6:]} stages={stages}"] = bit_differences(case, 4, launch)
 print(json.dumps(results))
 """
 
