@@ -193,7 +193,8 @@ def compile_pipelined(
     return codegen.compile_kernel(
         pipelined_kernel,
         arguments,
-        constexprs | {"STAGES": stages},
+        {name: value for name, value in constexprs.items() if name != "L2_AHEAD"}
+        | {"STAGES": stages},
         config.num_warps,
         capability,
         False,
