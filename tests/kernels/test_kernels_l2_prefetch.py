@@ -60,9 +60,9 @@ def test_no_prefetch_where_a_row_range_is_not_16_byte_aligned(strides):
 def test_a_state_off_the_gpu_gets_no_prefetch():
     state = torch.empty((2, HV, V, K), dtype=torch.bfloat16)
     assert recurrent.device_capability(state) == 0
-    assert not recurrent.kernel_arguments(
-        *(state,) * 8, qwen3_next(1), SEVERAL_BLOCKS
-    )[2]["L2_AHEAD"]
+    assert not recurrent.kernel_arguments(*(state,) * 8, qwen3_next(1), SEVERAL_BLOCKS)[2][
+        "L2_AHEAD"
+    ]
 
 
 @pytest.mark.skipif(
