@@ -1,18 +1,18 @@
-"""docs/kernels.md's section "The state asked into L2, commit 2046380" is what its evidence file
-says: the loads-ahead variants timed beside vLLM and ours (docs/evidence/h200_engine/2046380/,
-an H100)."""
+"""docs/kernels.md quotes the two runs at 2046380 (docs/evidence/h200_engine/2046380/, an H100) as
+their evidence files say: the loads-ahead variants timed beside vLLM and ours (section "The state
+asked into L2, commit 2046380") and stage golden-long (section "The engine with 24 layers")."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from ..doc_blocks import marked_block
 
 ROOT = Path(__file__).resolve().parents[2]
-LOADS_AHEAD = (
-    ROOT / "docs" / "evidence" / "h200_engine" / "2046380" / "bench_decode_loads_ahead.json"
-)
+RUN = ROOT / "docs" / "evidence" / "h200_engine" / "2046380"
+LOADS_AHEAD = RUN / "bench_decode_loads_ahead.json"
 DOC = ROOT / "docs" / "kernels.md"
 L2_COLUMNS = ("l2_ahead_1", "l2_ahead_2", "early_l2_ahead_2", "l2_prefetch")
 DEVICE = "speed_vs_vllm_device"
@@ -93,4 +93,42 @@ def test_the_loads_ahead_verdicts_are_the_runs():
     assert (
         f"the ratio was {l2['l2_ahead_1']:.3f} against ours' {l2['ours']:.3f}, and "
         f"{cold['l2_ahead_1']:.3f} against {cold['ours']:.3f} with L2 flushed" in doc
+    )
+
+
+def test_the_golden_long_run_is_quoted():
+    report = json.loads((RUN / "bench_engine_golden_long.json").read_text())
+    provenance = report["provenance"]
+    assert provenance["git_commit"][:7] == "2046380" and not provenance["git_dirty"]
+    assert provenance["model"]["num_hidden_layers"] == 24 and "H100" in provenance["device"]
+    summary = report["summary"]
+    throughput, latency = "decode_throughput_vs_route", "itl_vs_route"
+    rounds = summary["round_ratios"]["golden"][throughput]
+    spread = summary["ratio_spread"]["golden"][throughput]
+    latency_rounds = summary["round_ratios"]["golden"][latency]
+    latency_spread = summary["ratio_spread"]["golden"][latency]
+    medians = summary["medians"]
+    assert len(rounds) == 7
+    doc = flat_doc()
+    assert (
+        f"throughput round ratios {min(rounds):.3f}–{max(rounds):.3f} (spread "
+        f"{100 * spread['spread']:.2f} %, median {spread['median']:.4f}), ratio of the median "
+        f"throughputs **{summary['ratios']['golden'][throughput]:.4f}**; inter-token latency "
+        f"{medians['golden']['itl_ms']:.3f} against {medians['route']['itl_ms']:.3f} ms (ratio "
+        f"{summary['ratios']['golden'][latency]:.4f}), round ratios "
+        f"{min(latency_rounds):.3f}–{max(latency_rounds):.3f} (spread "
+        f"{100 * latency_spread['spread']:.2f} %)." in doc
+    )
+    route = [r["route"]["decode"]["output_tok_s"] for r in report["rounds"]]
+    assert report["rounds"][0]["order"][0] == "route" and route[0] == min(route)
+    assert rounds[0] == max(rounds)
+    rest = rounds[1:]
+    below = sum(r < 0.99 for r in rest)
+    below_words = {4: "four", 5: "five", 6: "six"}
+    assert statistics.median(route[1:]) > route[0]
+    assert (
+        f"route ran first in it, at {route[0]:.0f} tokens/s against "
+        f"{min(route[1:]):.0f}–{max(route[1:]):.0f} in its six others, and that round's ratio is "
+        f"the {rounds[0]:.3f}; the other six lie at {min(rest):.3f}–{max(rest):.3f}, "
+        f"{below_words[below]} of them below 0.99." in doc
     )
