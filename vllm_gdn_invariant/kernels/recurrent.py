@@ -191,12 +191,14 @@ def prefetch_into_l2(address, nbytes):
 @triton.jit
 def prefetch_rows(p_block, first_row, rows, V: tl.constexpr, K: tl.constexpr, stride_v):
     """``prefetch_into_l2`` of state rows first_row .. first_row + rows - 1 of a head (those
-    below V) from ``p_block``, the head's row 0 (rows of K contiguous elements)."""
+    below V) from ``p_block``, the head's row 0 (rows of K contiguous elements), cut to whole
+    16-byte units; nothing where that leaves none."""
     item_bytes: tl.constexpr = p_block.dtype.element_ty.primitive_bitwidth // 8
     rows = tl.minimum(rows, V - first_row)
     if rows > 0:
-        nbytes = (rows - 1) * stride_v * item_bytes + K * item_bytes
-        prefetch_into_l2(p_block + first_row * stride_v, (nbytes // 16 * 16).to(tl.int32))
+        nbytes = ((rows - 1) * stride_v * item_bytes + K * item_bytes) // 16 * 16
+        if nbytes > 0:
+            prefetch_into_l2(p_block + first_row * stride_v, nbytes.to(tl.int32))
 
 
 @triton.jit
