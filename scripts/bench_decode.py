@@ -699,8 +699,6 @@ def launch_variant(
     grid, arguments, constexprs = recurrent_kernel.kernel_arguments(
         *gates, out, state, indices, dims, config
     )
-    if kernel is not None:  # the what-if kernels ask for L2 prefetches of their own
-        del constexprs["L2_AHEAD"]
     (kernel or recurrent_kernel.recurrent_step_kernel)[grid](
         *arguments,
         **constexprs,

@@ -193,8 +193,7 @@ def compile_pipelined(
     return codegen.compile_kernel(
         pipelined_kernel,
         arguments,
-        {name: value for name, value in constexprs.items() if name != "L2_AHEAD"}
-        | {"STAGES": stages},
+        constexprs | {"STAGES": stages},
         config.num_warps,
         capability,
         False,

@@ -143,28 +143,6 @@ def test_recurrent_kernel_with_strided_inputs_gives_the_goldens_bits():
     assert same_bits(buffer[..., 48:], before[..., 48:])
 
 
-@pytest.mark.parametrize("row_padding", [0, 4], ids=["contiguous", "rows_8_bytes_off"])
-def test_the_l2_prefetch_runs_where_its_rule_says_with_the_goldens_bits(row_padding):
-    """bf16 at B = 64 with Qwen3-Next's heads: 8 blocks per program, so on sm_90 and later the
-    compiled kernel asks for the block after the next into L2, unless the state's rows are not
-    16-byte aligned (rows padded by 4 elements); the bits are the goldens' either way."""
-    args, kwargs = recurrent_inputs(64, 16, 32, 128, 128, torch.bfloat16, seed=11)
-    state = args[5]
-    buffer = torch.zeros(*state.shape[:3], 128 + row_padding, dtype=state.dtype, device="cuda")
-    buffer[..., :128] = state
-    args = (*args[:5], buffer[..., :128], args[6])
-    golden_out, golden_state = golden_recurrent_step(*args, **kwargs)
-    checked = check_recurrent_args(*args, **kwargs, interpreted=False)
-    config = recurrent_config(checked, torch.bfloat16)
-    assert config.chunks > 1
-    out, compiled = launch_recurrent(*args, checked, config)
-    torch.cuda.synchronize()
-    assert same_bits(out, golden_out) and same_bits(args[5], golden_state)
-    major, _ = torch.cuda.get_device_capability()
-    prefetches = 2 if major >= 9 and row_padding == 0 else 0
-    assert compiled.asm["ptx"].count("cp.async.bulk.prefetch.L2.global") == prefetches
-
-
 @pytest.mark.parametrize("state", list(STATE_DTYPES))
 @pytest.mark.parametrize("batch", [7, 64])
 def test_recurrent_launch_shapes_of_the_sweep_give_the_goldens_bits(batch, state):

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(
 # prefetches in its code: one before ours (the program's whole range), or one before the loop and
 # one at the top of each iteration
 KERNELS = {
-    "ours": (recurrent_kernel.recurrent_step_kernel, {}, 2),
+    "ours": (recurrent_kernel.recurrent_step_kernel, {}, 0),
     "l2_prefetch": (l2_prefetch_kernel, {}, 1),
     "l2_ahead_1": (loads_ahead_kernel, {"AHEAD": 1, "EARLY_LOADS": False}, 2),
     "l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": False}, 2),
@@ -42,8 +42,6 @@ def as_module(kernel, constexprs: dict) -> SimpleNamespace:
 
     def kernel_arguments(*arguments):
         grid, positional, ours = recurrent_kernel.kernel_arguments(*arguments)
-        if kernel is not recurrent_kernel.recurrent_step_kernel:
-            del ours["L2_AHEAD"]  # the what-if kernels ask for L2 prefetches of their own
         return grid, positional, ours | constexprs
 
     return SimpleNamespace(
@@ -124,7 +122,6 @@ results = {}
 for name, (kernel, V, chunks, extra) in CASES.items():
     for dtype in (torch.float32, torch.bfloat16):
         def launch(grid, arguments, constexprs, kernel=kernel, extra=extra):
-            del constexprs["L2_AHEAD"]  # ours' own prefetch; these ask for their own
             kernel[grid](*arguments, **constexprs, **extra, num_warps=1)
         case = recurrent_case(g, dtype, V)
         results[f"{name} {str(dtype)[6:]}"] = bit_differences(case, chunks, launch)

@@ -26,11 +26,6 @@ FORBIDDEN_TRITON = {
 }  # fmt: skip
 
 
-# device code that computes no value of the step: the L2 prefetch's one PTX instruction (a memory
-# hint; the asm's result is a constant that nothing reads), skipped under the interpreter
-NOT_ARITHMETIC = {"prefetch_into_l2": {"tl.inline_asm_elementwise"}}
-
-
 def jit_functions(path: Path) -> list[ast.FunctionDef]:
     tree = ast.parse(path.read_text(), filename=str(path))
     return [
@@ -48,10 +43,8 @@ def violations(function: ast.FunctionDef) -> list[str]:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             found.append(f"{where} uses /")
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            allowed = NOT_ARITHMETIC.get(function.name, set())
             if node.value.id == "tl" and node.attr in FORBIDDEN_TRITON:
-                if f"tl.{node.attr}" not in allowed:
-                    found.append(f"{where} uses tl.{node.attr}")
+                found.append(f"{where} uses tl.{node.attr}")
             if node.value.id == "tl" and isinstance(
                 getattr(tl, node.attr, None), triton.runtime.JITFunction
             ):
@@ -65,15 +58,6 @@ def violations(function: ast.FunctionDef) -> list[str]:
 @pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
 def test_device_code_uses_only_the_goldens_arithmetic(path):
     assert [v for f in jit_functions(path) for v in violations(f)] == []
-
-
-def test_only_the_l2_prefetch_may_use_inline_asm():
-    (prefetch,) = [f for f in jit_functions(SOURCES[0].with_name("recurrent.py"))
-                   if f.name == "prefetch_into_l2"]  # fmt: skip
-    assert violations(prefetch) == []
-    prefetch.name = "another_function"  # the same code under another name breaks the rule
-    (found,) = violations(prefetch)
-    assert found.startswith("another_function:") and found.endswith("tl.inline_asm_elementwise")
 
 
 def test_every_kernel_module_has_device_code_checked():

@@ -8,9 +8,8 @@ delta update, output), with the elementary functions and the fixed-order K-sum o
 blocks of ``BV`` value rows), the whole K axis in registers, q | k | v read from the packed
 ``mixed_qkv`` row, the state updated in place block by block. A program's blocks share its q
 and k (loaded, normalized and scaled once) and gates; with more than one, the next block's
-state and v are loaded before this block's arithmetic, and with L2_AHEAD the block after that
-is asked into L2 (``prefetch_rows``). An inactive row (index <= 0) writes a zero output and
-touches no state.
+state and v are loaded before this block's arithmetic. An inactive row (index <= 0) writes a
+zero output and touches no state.
 
 K is padded to BK = next_power_of_2(K) like the golden's sum, and a block of value rows is held
 as a tuple of J slabs [BV, C] (slab j holds k = j * C + c, BK = J * C), so that the first levels
@@ -167,40 +166,6 @@ def delta_rule(
     return updated, fixed_order_sum_slabs(hq, BV, LOG2_J, LOG2_CL, LOG2_VEC)
 
 
-ON_DEVICE = tl.constexpr(not INTERPRETED)
-
-
-@triton.jit
-def prefetch_into_l2(address, nbytes):
-    """Ask the ``nbytes`` (a multiple of 16) from ``address`` (16-byte aligned) into L2: one bulk
-    prefetch (``cp.async.bulk.prefetch.L2``, sm_90 and later; SASS ``UBLKPF``) issued by thread
-    0 of the program, holding no register. Skipped under the interpreter."""
-    if ON_DEVICE:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred first; .reg .b32 thread; mov.u32 thread, %tid.x; "
-            "setp.eq.u32 first, thread, 0; "
-            "@first cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r",
-            [address + tl.full([1], 0, tl.int32), nbytes + tl.full([1], 0, tl.int32)],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
-
-
-@triton.jit
-def prefetch_rows(p_block, first_row, rows, V: tl.constexpr, K: tl.constexpr, stride_v):
-    """``prefetch_into_l2`` of state rows first_row .. first_row + rows - 1 of a head (those
-    below V) from ``p_block``, the head's row 0 (rows of K contiguous elements), cut to whole
-    16-byte units; nothing where that leaves none."""
-    item_bytes: tl.constexpr = p_block.dtype.element_ty.primitive_bitwidth // 8
-    rows = tl.minimum(rows, V - first_row)
-    if rows > 0:
-        nbytes = ((rows - 1) * stride_v * item_bytes + K * item_bytes) // 16 * 16
-        if nbytes > 0:
-            prefetch_into_l2(p_block + first_row * stride_v, nbytes.to(tl.int32))
-
-
 @triton.jit
 def recurrent_step_kernel(
     mixed_qkv,
@@ -236,7 +201,6 @@ def recurrent_step_kernel(
     LOG2_CL: tl.constexpr,
     LOG2_VEC: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
-    L2_AHEAD: tl.constexpr,
 ):
     J: tl.constexpr = 1 << LOG2_J
     C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
@@ -246,13 +210,12 @@ def recurrent_step_kernel(
     i_n = i_nh // HV
     i_hv = i_nh % HV
     i_h = i_hv // (HV // H)
-    first_row = i_v * (CHUNKS * BV)
 
     # A program takes CHUNKS blocks of BV value rows, one after the other. A block is BV rows
     # x the padded width J * C = next_power_of_2(K), held as J slabs [BV, C]; slab j holds
     # k = j * C + c.
     o_c = tl.arange(0, C)[None, :]
-    o_v = first_row + tl.arange(0, BV)
+    o_v = i_v * (CHUNKS * BV) + tl.arange(0, BV)
     mask_v = o_v < V
 
     p_out = out + i_nh * V + o_v
@@ -266,16 +229,18 @@ def recurrent_step_kernel(
             )
         return
 
-    p_head = state + block * stride_state_block + i_hv * stride_state_head
-    if L2_AHEAD:
-        if CHUNKS > 1:  # the program's second block into L2
-            prefetch_rows(p_head, first_row + BV, BV, V, K, stride_state_v)
     row = mixed_qkv + i_n * stride_qkv_row
     q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
     k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
     p_v = row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col
     v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
-    p_h = p_head + o_v[:, None] * stride_state_v + o_c * stride_state_k
+    p_h = (
+        state
+        + block * stride_state_block
+        + i_hv * stride_state_head
+        + o_v[:, None] * stride_state_v
+        + o_c * stride_state_k
+    )
     h = load_state_block(p_h, mask_v, stride_state_k, K, C, J)
     q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
 
@@ -286,9 +251,6 @@ def recurrent_step_kernel(
     decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
 
     for i_c in tl.range(CHUNKS):
-        if L2_AHEAD:  # the block after the next into L2
-            if i_c + 2 < CHUNKS:
-                prefetch_rows(p_head, first_row + (i_c + 2) * BV, BV, V, K, stride_state_v)
         if CHUNKS > 1:  # the next block's loads go out before this block's arithmetic
             if V % (BV * CHUNKS) == 0:  # whole blocks: after the last, this block again
                 mask_next = mask_v
@@ -446,32 +408,6 @@ def recurrent_config(
     )
 
 
-L2_PREFETCH_CAPABILITY = 90  # cp.async.bulk.prefetch.L2: sm_90 and later
-
-
-def device_capability(tensor: Tensor) -> int:
-    """10 * major + minor of the CUDA device ``tensor`` is on; 0 for any other device."""
-    if tensor.device.type != "cuda":
-        return 0
-    major, minor = torch.cuda.get_device_capability(tensor.device)
-    return 10 * major + minor
-
-
-def l2_ahead(state: Tensor, config: RecurrentConfig, capability: int) -> bool:
-    """Whether a program asks each block after its next into L2 (``prefetch_rows``): with more
-    than one block per program, on sm_90 or later (not under the interpreter), for a state whose
-    rows are contiguous and start 16 bytes apart (the bulk prefetch's alignment)."""
-    if INTERPRETED or config.chunks < 2 or capability < L2_PREFETCH_CAPABILITY:
-        return False
-    item = state.element_size()
-    blocks, heads, rows, k = state.stride()
-    return (
-        k == 1
-        and state.data_ptr() % 16 == 0
-        and all(stride * item % 16 == 0 for stride in (blocks, heads, rows))
-    )
-
-
 def kernel_arguments(
     mixed_qkv: Tensor,
     a: Tensor,
@@ -483,12 +419,8 @@ def kernel_arguments(
     state_indices: Tensor,
     dims: RecurrentDims,
     config: RecurrentConfig,
-    capability: int | None = None,
 ) -> tuple[tuple[int], tuple, dict]:
-    """(grid, positional arguments, constexpr arguments) of recurrent_step_kernel, for the
-    device ``state`` is on, or compiled for ``sm_<capability>``."""
-    if capability is None:
-        capability = device_capability(state)
+    """(grid, positional arguments, constexpr arguments) of recurrent_step_kernel."""
     num_v_tiles = cdiv(dims.head_v, config.block_v * config.chunks)
     grid = (num_v_tiles * dims.batch * dims.num_v_heads,)
     arguments = (
@@ -524,7 +456,6 @@ def kernel_arguments(
         "LOG2_CL": config.log2_cl,
         "LOG2_VEC": config.log2_vec,
         "USE_QK_L2NORM": dims.use_qk_l2norm,
-        "L2_AHEAD": l2_ahead(state, config, capability),
     }
     return grid, arguments, constexprs
 
