@@ -4,8 +4,11 @@ The engines live side by side on the GPU, each in its own process (the plugin pa
 process it loads in): ``vllm`` (vLLM alone, batch-invariant mode off), ``route`` (the plugin,
 mode route, batch-invariant mode off), ``bi`` (the plugin with ``VLLM_BATCH_INVARIANT=1``) and
 ``golden`` (the plugin in mode golden, batch-invariant mode off), the arms ``--arms`` names.
-They run the same workloads in rounds, the order rotating every round, so that every arm
-sees the same machine conditions; medians over rounds are reported with the ratios
+Each engine runs every workload once untimed after it starts, and the first round begins
+once every engine has answered that its warm-up is done (``warm_wait_seconds`` per engine:
+how long the run waited for it), so that no timed round shares the GPU with another engine's
+warm-up. They run the same workloads in rounds, the order rotating every round, so that every
+arm sees the same machine conditions; medians over rounds are reported with the ratios
 ``route / vllm`` (target >= 0.99 in throughput), ``bi / vllm`` (target: overhead below
 SGLang's reported 34 %) and ``golden / route`` (target >= 0.99 in decode throughput), and the
 same ratios round by round with their spread. A target is ``met`` only when every round's ratio
@@ -46,10 +49,11 @@ time goes to the same kernels as the full model's GDN layers. ``--num-layers`` s
 ``--max-num-seqs`` sets vLLM's ``max_num_seqs`` (recorded in the provenance's engine spec): a
 deep model's engine refuses to start where vLLM's default exceeds its Mamba cache blocks.
 
-An engine that exits, answers FAILED or gives no answer in ``--op-timeout`` during the rounds
-or the profile ends the run: its entry in ``engines`` records ``status`` (``DIED``, ``FAILED``
-or ``TIMEOUT``), the ``op`` and ``round`` it was asked, its ``returncode`` where it has exited,
-the ``error``, the ``root_cause`` line and the last lines of its log (``log_tail``); the
+An engine that exits, answers FAILED or gives no answer in ``--op-timeout`` during the wait
+for the warm-ups, the rounds or the profile ends the run: its entry in ``engines`` records
+``status`` (``DIED``, ``FAILED`` or ``TIMEOUT``), the ``op`` and ``round`` it was asked (round
+0: the wait for its warm-up), its ``returncode`` where it has exited, the ``error``, the
+``root_cause`` line and the last lines of its log (``log_tail``); the
 rounds finished before it and their summary stay, one line on stderr names it, and the exit
 status is 1.
 """
@@ -106,6 +110,7 @@ DECODE_NEW_TOKENS = 512
 MAX_DECODE_NEW_TOKENS = 1792  # with the prompt's tokens, within max_model_len (2048)
 PROFILE_WORKLOADS = ("throughput", "decode")
 PROFILE_DECODE_NEW_TOKENS = 128  # a profiled decode run: the decode prompts, this many tokens
+WARMED = "warmed"  # the op an engine answers once its warm-ups are done
 
 
 def throughput_prompts() -> list[str]:
@@ -154,7 +159,9 @@ def serve(spec: dict[str, Any]) -> None:
         op = line.strip()
         if op == "quit":
             break
-        if op == "throughput":
+        if op == WARMED:  # read only after the warm-ups above
+            say(op, {})
+        elif op == "throughput":
             seconds, new = timed(long_prompts, new_tokens)
             total = new + sum(len(p.split()) for p in long_prompts)
             rates = {"output_tok_s": new / seconds, "total_tok_s": total / seconds}
@@ -643,8 +650,8 @@ def round_order(arms: list[str], r: int) -> list[str]:
 def ask_round(
     engine: Engine, ops: list[str], timeout: float, round_number: int
 ) -> dict[str, dict[str, Any]]:
-    """``engine``'s answers to ``ops`` in round ``round_number`` (1-based); an
-    :class:`EngineLost` on the way names that round."""
+    """``engine``'s answers to ``ops`` in round ``round_number`` (1-based; 0 is the wait for
+    the warm-ups); an :class:`EngineLost` on the way names that round."""
     try:
         return {op: engine.ask(op, timeout) for op in ops}
     except EngineLost as lost:
@@ -921,6 +928,10 @@ def main(argv: list[str] | None = None) -> int:
                 report["engines"][arm]["root_cause"] = root_cause(engine.log_text())
         write()
         ready = [a for a in arms if report["engines"][a]["status"] == "READY"]
+        for arm in ready:  # no timed round while another engine still warms up on the GPU
+            waited = time.monotonic()
+            ask_round(engines[arm], [WARMED], args.op_timeout, 0)
+            report["engines"][arm]["warm_wait_seconds"] = round(time.monotonic() - waited, 1)
         for r in range(args.rounds):
             order = round_order(ready, r)
             done: dict[str, Any] = {"order": order}

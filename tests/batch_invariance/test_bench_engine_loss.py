@@ -17,7 +17,8 @@ CAUSE = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
 # A stand-in engine: READY, then answers every op but the n-th (argv[2]: 0 never, -1 exits
 # at once), at which it logs CAUSE and exits 3; argv[3] "hang" makes it sleep 4 s first,
-# "failed" answers FAILED instead.
+# "failed" answers FAILED instead, "slow_warm" answers the warm-up op 1 s late. It logs each
+# op it answers with the time.
 STAND_IN = textwrap.dedent(
     f"""
     import json, sys, time
@@ -31,6 +32,8 @@ STAND_IN = textwrap.dedent(
         op = line.strip()
         if op == "quit":
             break
+        if op == {bench.WARMED!r} and how == "slow_warm":
+            time.sleep(1.0)
         asked += 1
         if asked == die_at:
             print("step 1 of 2", file=sys.stderr)
@@ -41,8 +44,9 @@ STAND_IN = textwrap.dedent(
                 print("{bench.PROTOCOL}FAILED " + json.dumps({{"error": "bad op"}}), flush=True)
                 continue
             sys.exit(3)
-        payload = {{"itl_ms": 2.0, "seconds": 1.0, "device_us": 1.0,
+        payload = {{"itl_ms": 2.0, "seconds": 1.0, "device_us": 1.0, "output_tok_s": 100.0,
                     "categories_share": {{"gdn": 1.0}}}}
+        print(f"answered {{op}} at {{time.time()}}", file=sys.stderr, flush=True)
         print("{bench.PROTOCOL}" + op + " " + json.dumps(payload), flush=True)
     """
 )
@@ -127,13 +131,14 @@ def test_a_profile_that_loses_an_engine_names_its_profile_round(tmp_path):
             engine.stop()
 
 
-@pytest.mark.parametrize("die_at, lost_round", [(2, 2), (-1, 1)])
+@pytest.mark.parametrize("die_at, lost_round, op", [(3, 2, "itl"), (-1, 0, bench.WARMED)])
 def test_the_benchmark_records_an_engine_lost_mid_run_and_exits_1(
-    tmp_path, monkeypatch, capsys, die_at, lost_round
+    tmp_path, monkeypatch, capsys, die_at, lost_round, op
 ):
-    """``route`` dies at its second op (round 2), or right after READY (its stdin closed when
-    first asked, round 1): the rounds before and their summary stay, route's entry gives the
-    op, round, return code, root cause and log tail, and every engine is stopped."""
+    """``route`` dies at its third op (the warm-up's, then round 1's, then round 2's), or right
+    after READY (its stdin closed when first asked, the wait for its warm-up: round 0): the
+    rounds before and their summary stay, route's entry gives the op, round, return code, root
+    cause and log tail, and every engine is stopped."""
     started: list[bench.Engine] = []
     real = bench.Engine
 
@@ -148,18 +153,55 @@ def test_the_benchmark_records_an_engine_lost_mid_run_and_exits_1(
     argv = ["--out", str(out), "--tiny", "--arms", "vllm,route", "--workloads", "itl"]
     assert bench.main([*argv, "--rounds", "3"]) == 1
     report = json.loads(out.read_text())
-    assert len(report["rounds"]) == lost_round - 1
+    assert len(report["rounds"]) == max(0, lost_round - 1)
     if lost_round > 1:
         assert "itl_vs_vllm" in report["summary"]["ratios"]["route"]
     route = report["engines"]["route"]
     assert route["status"] == "DIED" and route["start_seconds"] == 0.1
-    assert (route["op"], route["round"], route["returncode"]) == ("itl", lost_round, 3)
+    assert (route["op"], route["round"], route["returncode"]) == (op, lost_round, 3)
     assert route["root_cause"] == CAUSE and route["log_tail"][-1] == CAUSE
     assert report["engines"]["vllm"]["status"] == "READY"
     assert all(e.proc.poll() is not None for e in started)
     err = capsys.readouterr().err
-    assert f"engine route DIED at op 'itl' in round {lost_round} (return code 3): {CAUSE}" in err
+    assert f"engine route DIED at op '{op}' in round {lost_round} (return code 3): {CAUSE}" in err
     assert "Traceback" not in err
+
+
+def answered(log: str) -> dict[str, list[float]]:
+    """The times a stand-in logged answering each op."""
+    times: dict[str, list[float]] = {}
+    for line in log.splitlines():
+        if line.startswith("answered "):
+            _, op, _, at = line.split()
+            times.setdefault(op, []).append(float(at))
+    return times
+
+
+def test_the_first_round_waits_for_every_engines_warm_up(tmp_path, monkeypatch):
+    """``golden`` answers the warm-up op 1 s late (its warm-ups still running): ``route``, first
+    in round 1, is asked its first timed op only after that answer, and each engine's wait is
+    recorded. Without the wait, route's round 1 would run beside golden's warm-up."""
+    logs: dict[str, str] = {}
+
+    class Recorded(bench.Engine):
+        def stop(self) -> None:
+            logs[self.arm] = self.log_text()
+            super().stop()
+
+    def engine(arm, spec, site, log, cpus=None):
+        how = "slow_warm" if arm == "golden" else "exit"
+        return Recorded(arm, spec, site, log, cpus, stand_in(arm, 0, how))
+
+    monkeypatch.setattr(bench, "Engine", engine)
+    out = tmp_path / "bench.json"
+    argv = ["--out", str(out), "--tiny", "--arms", "route,golden", "--workloads", "decode"]
+    assert bench.main([*argv, "--rounds", "2"]) == 0
+    report = json.loads(out.read_text())
+    assert report["rounds"][0]["order"][0] == "route"
+    route, golden = (answered(logs[arm]) for arm in ("route", "golden"))
+    assert route["decode"][0] > golden[bench.WARMED][0]
+    assert report["engines"]["golden"]["warm_wait_seconds"] >= 0.9
+    assert report["engines"]["route"]["warm_wait_seconds"] < 0.9
 
 
 def spec(**settings):
