@@ -132,3 +132,40 @@ def test_the_golden_long_run_is_quoted():
         f"the {rounds[0]:.3f}; the other six lie at {min(rest):.3f}–{max(rest):.3f}, "
         f"{below_words[below]} of them below 0.99." in doc
     )
+
+
+def test_the_first_round_of_route_first_runs_is_quoted():
+    def run(path: Path) -> tuple[list[float], list[float]]:
+        report = json.loads(path.read_text())
+        assert report["rounds"][0]["order"][0] == "route"
+        route = [r["route"]["decode"]["output_tok_s"] for r in report["rounds"]]
+        ratios = report["summary"]["round_ratios"]["golden"]["decode_throughput_vs_route"]
+        return route, ratios
+
+    earlier = ROOT / "docs" / "evidence" / "h200_engine" / "3af9122"
+    route, ratios = run(earlier / "bench_engine_golden_deep_1536.json")
+    assert route[0] < min(route[1:]) and ratios[0] == max(ratios)
+    doc = flat_doc()
+    assert (
+        f"route ran first in its first round, at {route[0]:.0f} tokens/s against "
+        f"{min(route[1:]):.0f}–{max(route[1:]):.0f} in its six others, and that round's ratio, "
+        f"{ratios[0]:.3f}, is the highest; the other six lie at "
+        f"{min(ratios[1:]):.3f}–{max(ratios[1:]):.3f}." in doc
+    )
+    route_first = []
+    for path in sorted((ROOT / "docs" / "evidence" / "h200_engine").glob("*/bench_engine_*.json")):
+        rounds = json.loads(path.read_text()).get("rounds") or []
+        first = rounds[0] if len(rounds) > 1 else {}
+        if (first.get("order") or [None])[0] == "route" and "decode" in first["route"]:
+            rates = [r["route"]["decode"]["output_tok_s"] for r in rounds]
+            route_first.append(rates[0] < min(rates[1:]))
+    assert (
+        f"below all its other rounds' in {sum(route_first)} of the {len(route_first)} engine "
+        "runs under `docs/evidence/h200_engine/` that put it first" in doc
+    )
+    _, long_ratios = run(RUN / "bench_engine_golden_long.json")
+    rest = ratios[1:] + long_ratios[1:]
+    assert (
+        f"Without the first rounds, mode golden's decode throughput is "
+        f"{min(rest):.3f}–{max(rest):.3f}x mode route's in these two runs." in doc
+    )
