@@ -4,24 +4,21 @@ asked into L2, commit 2046380") and stage golden-long (section "The engine with 
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 from pathlib import Path
 
 from ..doc_blocks import marked_block
+from .test_evidence_docs import DOC, ROOT, flat_doc
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "docs" / "evidence" / "h200_engine" / "2046380"
 LOADS_AHEAD = RUN / "bench_decode_loads_ahead.json"
-DOC = ROOT / "docs" / "kernels.md"
 L2_COLUMNS = ("l2_ahead_1", "l2_ahead_2", "early_l2_ahead_2", "l2_prefetch")
 DEVICE = "speed_vs_vllm_device"
 
 
-def flat_doc() -> str:
-    return " ".join(DOC.read_text().split())
-
-
+@functools.cache
 def report() -> dict:
     loaded = json.loads(LOADS_AHEAD.read_text())
     assert loaded["provenance"]["git_commit"][:7] == "2046380" and loaded["complete"]
