@@ -118,6 +118,7 @@ from gdn_evidence.harness.pipelined_kernel import SHAPES as PIPELINED_SHAPES
 from gdn_evidence.harness.prefetch_kernel import prefetch_two_kernel
 from gdn_evidence.harness.profiling import Between, between, kernel_time
 from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from gdn_evidence.harness.what_if_kernel import launch_grouped
 from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.kernels import conv as conv_kernel
@@ -660,11 +661,12 @@ VARIANTS = {
     # (harness/loads_ahead_kernel.py), at the default shape.
     "early_loads": {"early_loads": (None, EARLY_LOADS, loads_ahead_kernel)},
     # The state asked into L2 ahead of its loads (harness/loads_ahead_kernel.py): a program's
-    # whole range first, or 1 or 2 blocks ahead in the loop (also with the early loads); at the
-    # default shape and at one warp of 8 value rows taking 8 or 16 blocks in turn (with ours).
+    # whole range first, or 2 blocks ahead in the loop (also with the early loads), and ours
+    # without its own request one block ahead; at the default shape and at one warp of 8 value
+    # rows taking 8 or 16 blocks in turn (with ours).
     "l2_prefetch": {
         "l2_prefetch": (None, {}, l2_prefetch_kernel),
-        "l2_ahead_1": (None, l2_ahead(1), loads_ahead_kernel),
+        "without_l2_ahead": (None, l2_ahead(0), loads_ahead_kernel),
         "l2_ahead_2": (None, l2_ahead(2), loads_ahead_kernel),
         "early_l2_ahead_2": (None, l2_ahead(2) | {"EARLY_LOADS": True}, loads_ahead_kernel),
         "w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, None),
@@ -699,6 +701,8 @@ def launch_variant(
     grid, arguments, constexprs = recurrent_kernel.kernel_arguments(
         *gates, out, state, indices, dims, config
     )
+    if kernel is not None:
+        constexprs = what_if_constexprs(constexprs)
     (kernel or recurrent_kernel.recurrent_step_kernel)[grid](
         *arguments,
         **constexprs,

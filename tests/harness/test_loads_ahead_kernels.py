@@ -1,8 +1,8 @@
 """The what-if kernels that issue the recurrent step's loads earlier: the goldens' bits in Triton's
 interpreter (inactive rows, a partial last block), and, compiled for sm_90 without a GPU,
-gdn_evidence/harness/loads_ahead_kernel.py's kernels are ours with bulk L2 prefetches (ours has
-none) or with every global load before the first barrier (ours' has not); all keep the goldens'
-no-FMA rule and ours' registers or fewer."""
+gdn_evidence/harness/loads_ahead_kernel.py's kernels are ours with other bulk L2 prefetches (ours
+asks one block ahead) or with every global load before the first barrier (ours' has not); all
+keep the goldens' no-FMA rule and ours' registers or fewer."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 
 from gdn_evidence.harness.launch_shapes import qwen3_next_dims
 from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
+from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 
@@ -27,9 +28,9 @@ pytestmark = pytest.mark.skipif(
 # prefetches in its code: one before ours (the program's whole range), or one before the loop and
 # one at the top of each iteration
 KERNELS = {
-    "ours": (recurrent_kernel.recurrent_step_kernel, {}, 0),
+    "ours": (recurrent_kernel.recurrent_step_kernel, {}, 2),
     "l2_prefetch": (l2_prefetch_kernel, {}, 1),
-    "l2_ahead_1": (loads_ahead_kernel, {"AHEAD": 1, "EARLY_LOADS": False}, 2),
+    "without_l2_ahead": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": False}, 0),
     "l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": False}, 2),
     "early_l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": True}, 2),
     "early_loads": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": True}, 0),
@@ -42,6 +43,8 @@ def as_module(kernel, constexprs: dict) -> SimpleNamespace:
 
     def kernel_arguments(*arguments):
         grid, positional, ours = recurrent_kernel.kernel_arguments(*arguments)
+        if kernel is not recurrent_kernel.recurrent_step_kernel:
+            ours = what_if_constexprs(ours)
         return grid, positional, ours | constexprs
 
     return SimpleNamespace(
@@ -107,13 +110,14 @@ def test_early_loads_issue_every_load_before_the_first_barrier(name, state_dtype
 GOLDEN_BITS = """
 import json, torch
 from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
+from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from tests.harness.interpreted_recurrent import bit_differences, recurrent_case
 
 CASES = {  # name: kernel, V, blocks per program, compile-time arguments
     "early_loads chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 0, "EARLY_LOADS": True}),
     "early_loads chunks=1": (loads_ahead_kernel, 24, 1, {"AHEAD": 0, "EARLY_LOADS": True}),
     "l2_prefetch": (l2_prefetch_kernel, 32, 4, {}),
-    "l2_ahead_1": (loads_ahead_kernel, 32, 4, {"AHEAD": 1, "EARLY_LOADS": False}),
+    "without_l2_ahead": (loads_ahead_kernel, 32, 4, {"AHEAD": 0, "EARLY_LOADS": False}),
     "l2_ahead_2 chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 2, "EARLY_LOADS": False}),
     "early_l2_ahead_2": (loads_ahead_kernel, 32, 4, {"AHEAD": 2, "EARLY_LOADS": True}),
 }
@@ -122,7 +126,7 @@ results = {}
 for name, (kernel, V, chunks, extra) in CASES.items():
     for dtype in (torch.float32, torch.bfloat16):
         def launch(grid, arguments, constexprs, kernel=kernel, extra=extra):
-            kernel[grid](*arguments, **constexprs, **extra, num_warps=1)
+            kernel[grid](*arguments, **what_if_constexprs(constexprs), **extra, num_warps=1)
         case = recurrent_case(g, dtype, V)
         results[f"{name} {str(dtype)[6:]}"] = bit_differences(case, chunks, launch)
 print(json.dumps(results))

@@ -36,8 +36,8 @@ EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.js
 CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest H200 run of the kernels
 HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # an H100
 AT_EA50D1F = HOST_PATH / "bench_decode.json"
-LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "4356317"  # the latest run, an H100
-LATEST = LATEST_RUN / "bench_decode.json"
+AT_4356317_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "4356317"  # an H100
+AT_4356317 = AT_4356317_RUN / "bench_decode.json"
 DEEP_ENGINE_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "3af9122"  # an H100, 24 layers
 AT_B6F5081_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "b6f5081"  # an H100
 AT_1EE138D_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "1ee138d"  # an H100
@@ -151,7 +151,7 @@ def git(*arguments: str) -> str:
 def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
     """docs/kernels.md says the package has not changed since the latest GPU run's commit, and
     a test compares the package with git."""
-    commit = json.loads(LATEST.read_text())["provenance"]["git_commit"]
+    commit = json.loads(AT_4356317.read_text())["provenance"]["git_commit"]
     assert f"has not changed since {commit[:7]} (a test compares it with git)" in flat_doc()
     changed = git("diff", "--name-only", commit, "--", "vllm_gdn_invariant").split()
     assert changed == [], "the package changed since the GPU run"
@@ -278,7 +278,7 @@ def own_throughput_spread(report: dict) -> list[float]:
 
 
 def test_the_4356317_run_and_its_l2_flushed_device_time_are_quoted():
-    cases = assert_stage_kernels_run_quoted(LATEST_RUN, "4356317", passed=173)
+    cases = assert_stage_kernels_run_quoted(AT_4356317_RUN, "4356317", passed=173)
     doc = flat_doc()
     assert "the 173 cases of" in doc
     conv = cells(cases, "conv", "bfloat16")
@@ -312,7 +312,7 @@ def pipelined_shape(variant: str) -> str:
 
 
 def test_the_pipelined_loop_timed_is_quoted():
-    report = json.loads((LATEST_RUN / "bench_decode_pipelined.json").read_text())
+    report = json.loads((AT_4356317_RUN / "bench_decode_pipelined.json").read_text())
     assert report["provenance"]["git_commit"][:7] == "4356317" and report["complete"]
     assert not report["provenance"]["git_dirty"]
     sets = [(c["state_dtype"], c["batch"], c["pipelined"]) for c in report["cases"]]
@@ -384,7 +384,7 @@ def test_the_pipelined_loop_timed_is_quoted():
 
 
 def test_the_4356317_engine_profile_and_the_deep_model_attempts_are_quoted():
-    report = json.loads((LATEST_RUN / "bench_engine_golden_profile.json").read_text())
+    report = json.loads((AT_4356317_RUN / "bench_engine_golden_profile.json").read_text())
     assert report["provenance"]["git_commit"][:7] == "4356317"
     assert not report["provenance"]["git_dirty"]
     profile = report["profile"]
@@ -419,18 +419,18 @@ def test_the_4356317_engine_profile_and_the_deep_model_attempts_are_quoted():
         f"The one timed round gave {ratio:.3f}x ({seconds[0]:.2f} against {seconds[1]:.2f} s)"
         in doc
     )
-    refused = json.loads((LATEST_RUN / "bench_engine_golden_48l_kv8.json").read_text())
+    refused = json.loads((AT_4356317_RUN / "bench_engine_golden_48l_kv8.json").read_text())
     assert refused["provenance"]["model"]["num_hidden_layers"] == 48
     assert all(e["status"] == "FAILED" for e in refused["engines"].values())
     assert (
         "max_num_seqs (1024) exceeds available Mamba cache blocks (642)"
         in (refused["engines"]["route"]["root_cause"])
     )
-    lost = json.loads((LATEST_RUN / "bench_engine_golden_48l.json").read_text())
+    lost = json.loads((AT_4356317_RUN / "bench_engine_golden_48l.json").read_text())
     assert lost["provenance"]["engine"]["kv_cache_gib"] == 13.5 and lost["rounds"] == []
     started = [float(e["start_seconds"]) for e in lost["engines"].values()]
     assert all(e["status"] == "READY" for e in lost["engines"].values())
-    assert "BrokenPipeError" in (LATEST_RUN / "bench_engine_golden_48l.log").read_text()
+    assert "BrokenPipeError" in (AT_4356317_RUN / "bench_engine_golden_48l.log").read_text()
     assert (
         f"with `--kv-cache-gib 13.5` both engines started ({max(started):.0f} s) and the route "
         "engine's process had exited" in doc
@@ -520,7 +520,7 @@ def test_the_24_layer_engine_runs_are_quoted():
     )
     kernel = next(
         c
-        for c in json.loads(LATEST.read_text())["cases"]
+        for c in json.loads(AT_4356317.read_text())["cases"]
         if (c["op"], c["state_dtype"], c["batch"]) == ("recurrent", "bfloat16", 128)
     )
     assert (
@@ -533,7 +533,7 @@ def test_the_24_layer_engine_runs_are_quoted():
 def test_the_small_batch_bf16_recurrent_step_is_quoted():
     small = [
         c["speed_vs_vllm_device"]
-        for c in json.loads(LATEST.read_text())["cases"]
+        for c in json.loads(AT_4356317.read_text())["cases"]
         if (c["op"], c["state_dtype"]) == ("recurrent", "bfloat16") and c["batch"] <= 16
     ]
     assert len(small) == 5
@@ -729,7 +729,7 @@ def test_the_host_path_run_is_quoted():
         (AT_EA50D1F, "bench-decode-table-ea50d1f"),
         (CURRENT, "bench-decode-table"),
         (AT_613A30B, "bench-decode-table-613a30b"),
-        (LATEST, "bench-decode-table-4356317"),
+        (AT_4356317, "bench-decode-table-4356317"),
     ],
     ids=["fbcbb14", "ea50d1f", "6aa67cf", "613a30b", "4356317"],
 )

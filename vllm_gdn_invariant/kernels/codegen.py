@@ -314,6 +314,7 @@ def compile_recurrent(
         meta((dims.batch,), torch.int32),
         dims,
         config,
+        capability,
     )
     return compile_kernel(
         module.recurrent_step_kernel,

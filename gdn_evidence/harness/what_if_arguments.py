@@ -1,0 +1,12 @@
+"""Our recurrent kernel's launch arguments as the what-if recurrent kernels take them."""
+
+from __future__ import annotations
+
+# kernels.recurrent's own request for the state into L2; each what-if kernel asks in its own way
+OURS_ONLY = ("L2_AHEAD",)
+
+
+def what_if_constexprs(constexprs: dict) -> dict:
+    """``kernels.recurrent.kernel_arguments``' constexprs without those only ours takes: the
+    what-if kernels (prefetch, pipelined, loads-ahead, L2 prefetch) take every other one."""
+    return {name: value for name, value in constexprs.items() if name not in OURS_ONLY}
