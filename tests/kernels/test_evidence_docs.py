@@ -1,5 +1,7 @@
 """docs/kernels.md's speed tables and verdicts are what their evidence files say: the latest run
-(docs/evidence/h200_engine/4356317/, on an H100, with the device time with L2 flushed, the
+(docs/evidence/h200_engine/344febd/, on an H100, the package's kernel asking for the state ahead;
+its A/B is test_evidence_344febd.py's), the one at 4356317 (an H100, with the device time with L2
+flushed, the
 pipelined loop's variants and the engine's profiled rounds), the engine runs with 24 layers at
 3af9122 (h200_engine/3af9122/, an H100), the one at b6f5081 (on an H100, the
 conv caches in vLLM's default layout), the
@@ -36,6 +38,8 @@ EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.js
 CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest H200 run of the kernels
 HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # an H100
 AT_EA50D1F = HOST_PATH / "bench_decode.json"
+LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "344febd"  # an H100
+LATEST = LATEST_RUN / "bench_decode.json"
 AT_4356317_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "4356317"  # an H100
 AT_4356317 = AT_4356317_RUN / "bench_decode.json"
 DEEP_ENGINE_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "3af9122"  # an H100, 24 layers
@@ -151,7 +155,7 @@ def git(*arguments: str) -> str:
 def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
     """docs/kernels.md says the package has not changed since the latest GPU run's commit, and
     a test compares the package with git."""
-    commit = json.loads(AT_4356317.read_text())["provenance"]["git_commit"]
+    commit = json.loads(LATEST.read_text())["provenance"]["git_commit"]
     assert f"has not changed since {commit[:7]} (a test compares it with git)" in flat_doc()
     changed = git("diff", "--name-only", commit, "--", "vllm_gdn_invariant").split()
     assert changed == [], "the package changed since the GPU run"
@@ -168,16 +172,29 @@ def jit_functions(source: str) -> dict[str, str]:
     }
 
 
-def test_the_triton_functions_are_those_the_h200_run_timed():
-    """The H200 run's device times hold for the kernels launched now: every Triton function of
-    the kernels' modules has the source it had at that run's commit."""
+def test_the_triton_functions_changed_since_the_h200_run_only_by_the_l2_request():
+    """The H200 run's device times hold for the conv kernel launched now, and the recurrent
+    kernel's Triton functions differ from that run's only as the latest GPU run's: the request
+    into L2 (``recurrent_step_kernel`` changed, ``prefetch_into_l2`` and ``prefetch_rows``
+    added)."""
     commit = json.loads(CURRENT.read_text())["provenance"]["git_commit"]
-    assert "The kernels (the Triton functions) have not changed since " + commit[:7] in flat_doc()
+    latest = json.loads(LATEST.read_text())["provenance"]["git_commit"]
+    assert (
+        f"Since {commit[:7]} the conv kernel's Triton functions have not changed, and the "
+        f"recurrent kernel's have only by the request into L2 ({latest[:7]}: "
+        "`recurrent_step_kernel`, with `prefetch_into_l2` and `prefetch_rows` added;"
+    ) in flat_doc()
     for name in KERNEL_SOURCES:
         path = f"vllm_gdn_invariant/kernels/{name}"
         then = jit_functions(git("show", f"{commit}:{path}"))
+        timed = jit_functions(git("show", f"{latest}:{path}"))
         now = jit_functions((ROOT / path).read_text())
-        assert then and now == then, name
+        assert then and now == timed, name
+        if name != "recurrent.py":
+            assert now == then, name
+            continue
+        assert set(now) - set(then) == {"prefetch_into_l2", "prefetch_rows"}
+        assert [f for f in then if now[f] != then[f]] == ["recurrent_step_kernel"]
 
 
 def test_the_b6f5081_run_is_quoted():
@@ -730,8 +747,9 @@ def test_the_host_path_run_is_quoted():
         (CURRENT, "bench-decode-table"),
         (AT_613A30B, "bench-decode-table-613a30b"),
         (AT_4356317, "bench-decode-table-4356317"),
+        (LATEST, "bench-decode-table-344febd"),
     ],
-    ids=["fbcbb14", "ea50d1f", "6aa67cf", "613a30b", "4356317"],
+    ids=["fbcbb14", "ea50d1f", "6aa67cf", "613a30b", "4356317", "344febd"],
 )
 def test_each_table_is_its_evidence_file(evidence, marker):
     table = subprocess.run(
