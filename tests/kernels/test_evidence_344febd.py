@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
-import sys
 
-from ..doc_blocks import marked_block
+from ..doc_blocks import marked_block, printed
 from ..evidence_cases import cells
 from .test_evidence_docs import (
     AT_4356317,
-    BENCH_DECODE,
     DOC,
     LATEST,
     LATEST_RUN,
@@ -70,13 +67,7 @@ def test_the_stage_kernels_run_is_quoted():
 
 
 def test_the_l2_ahead_table_is_its_evidence_file():
-    table = subprocess.run(
-        [sys.executable, str(BENCH_DECODE), "--l2-prefetch-table", str(LOADS_AHEAD)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout.strip()
+    table = printed("bench_decode.py", "--l2-prefetch-table", LOADS_AHEAD)
     assert marked_block(DOC.read_text(), "l2-ahead-table-344febd") == table
 
 

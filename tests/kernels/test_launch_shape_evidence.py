@@ -6,15 +6,13 @@ every swept cell, and docs/kernels.md's sweep table is d990aaa's file."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gdn_evidence.harness.launch_shapes import default_sweep_row
 
-from ..doc_blocks import marked_block
+from ..doc_blocks import marked_block, printed
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ROOT / "docs" / "evidence" / "h200_engine" / "d990aaa" / "bench_decode_sweep.json"
@@ -79,13 +77,7 @@ def test_every_default_is_within_the_bound_of_the_fastest_swept_shape():
 
 
 def test_the_docs_sweep_table_is_the_evidence_file():
-    table = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_decode.py"), "--sweep-table", str(SWEEP)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout.strip()
+    table = printed("bench_decode.py", "--sweep-table", SWEEP)
     assert marked_block(DOC.read_text(), "sweep-table") == table
 
 

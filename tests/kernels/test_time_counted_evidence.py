@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..doc_blocks import marked_block
+from ..doc_blocks import marked_block, printed
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "kernels.md"
@@ -22,16 +20,6 @@ PREFETCH = ROOT / "docs/evidence/h200_engine/3042e87/bench_decode_prefetch.json"
 LOAD_ORDER = ROOT / "docs/evidence/sass_load_order_triton3.6.0.json"
 REPLAY_STEP = ROOT / "docs/evidence/h200_engine/2a9f630/bench_decode_replay_step.json"
 MORE_PROGRAMS = ROOT / "docs/evidence/h200_engine/2a9f630/bench_decode_sweep_more_programs.json"
-
-
-def printed(script: str, flag: str, evidence: Path) -> str:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / script), flag, str(evidence)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout.strip()
 
 
 @pytest.mark.parametrize(
