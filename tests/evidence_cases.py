@@ -1,7 +1,19 @@
-"""What the evidence tests share: the cases of one op and state dtype in a range of batch sizes,
-from a benchmark report's ``cases``."""
+"""What the evidence tests share: a complete report of a clean commit, and the cases of one op
+and state dtype in a range of batch sizes, from a benchmark report's ``cases``."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def clean_report(path: Path, commit: str) -> dict:
+    """The report at ``path``, asserted complete and run at ``commit`` (its short hash) from a
+    clean working tree."""
+    report = json.loads(path.read_text())
+    assert report["provenance"]["git_commit"][: len(commit)] == commit and report["complete"]
+    assert not report["provenance"]["git_dirty"]
+    return report
 
 
 def cells(cases: list[dict], op: str, state: str, low: int = 1, high: int = 1024) -> list[dict]:

@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 
 from ..doc_blocks import marked_block
+from ..evidence_cases import clean_report
 from .test_evidence_docs import DOC, ROOT, flat_doc
 
 RUN = ROOT / "docs" / "evidence" / "h200_engine" / "2046380"
@@ -20,10 +21,7 @@ DEVICE = "speed_vs_vllm_device"
 
 @functools.cache
 def report() -> dict:
-    loaded = json.loads(LOADS_AHEAD.read_text())
-    assert loaded["provenance"]["git_commit"][:7] == "2046380" and loaded["complete"]
-    assert not loaded["provenance"]["git_dirty"]
-    return loaded
+    return clean_report(LOADS_AHEAD, "2046380")
 
 
 def bf16_sets() -> dict[int, tuple[dict, dict]]:
