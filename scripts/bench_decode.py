@@ -61,13 +61,15 @@ VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not b
 ``--replay-step`` times, beside each decode step, the response-replay kernel with one token per row
 (``kernels.replay.replay_tokens``: the conv and the recurrent step in one kernel, the conv state
 written by a second) against vLLM's decode step and ours, with its bits compared with ours.
-``--registers``, ``--prefetch``, ``--early-loads``, ``--l2-prefetch`` and ``--pipelined`` time those
-sets of VARIANTS the same way: ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py``
-(the state two blocks ahead in flight), ``harness/loads_ahead_kernel.py`` (every load that does
-not depend on the state's block issued first; the state asked into L2 ahead, one bulk prefetch:
-a program's whole range first, or blocks ahead in the loop) and ``harness/pipelined_kernel.py``
-(the loop over blocks software-pipelined by Triton, the next blocks' state copied into shared
-memory asynchronously, at 2 to 4 stages), some also at other shapes, with ours there;
+``--registers``, ``--prefetch``, ``--early-loads``, ``--l2-prefetch``, ``--output-store`` and
+``--pipelined`` time those sets of VARIANTS the same way: ptxas's register cap (``maxnreg``),
+``harness/prefetch_kernel.py`` (the state two blocks ahead in flight),
+``harness/loads_ahead_kernel.py`` (every load that does not depend on the state's block issued
+first; the state asked into L2 ahead, one bulk prefetch: a program's whole range first, or
+blocks ahead in the loop), ours with its outputs converted into a store layout through shared
+memory (OUT_AS_HELD off) and ``harness/pipelined_kernel.py`` (the loop over blocks
+software-pipelined by Triton, the next blocks' state copied into shared memory asynchronously,
+at 2 to 4 stages), some also at other shapes, with ours there;
 ``same_bits`` says whether each variant's output and state were bitwise ours after one call.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
@@ -675,6 +677,9 @@ VARIANTS = {
         "l2_prefetch_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, l2_prefetch_kernel),
         "l2_ahead_2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, l2_ahead(2), loads_ahead_kernel),
     },
+    # Ours with each block's outputs converted into a store layout through shared memory
+    # (OUT_AS_HELD off), as before ours stored them from the K-sum's layout.
+    "output_store": {"out_through_shared_memory": (None, {"OUT_AS_HELD": False}, None)},
     # The loop over blocks software-pipelined by Triton (harness/pipelined_kernel.py: the next
     # blocks' state in flight as asynchronous copies into shared memory), with ours at the
     # variants' other shapes.
@@ -694,7 +699,8 @@ def launch_variant(
     """``kernel`` (default: our recurrent kernel; another takes its arguments) at ``config``
     through Triton's JIT launcher with compile ``options`` (``enable_fp_fusion`` False unless
     given: with True, LLVM fuses products into the adds they feed, FMAs at the K-sums' first
-    level and the update, not the goldens' bits; ``maxnreg`` caps ptxas's registers)."""
+    level and the update, not the goldens' bits; ``maxnreg`` caps ptxas's registers); an option
+    named as one of ours' constexprs replaces its value."""
     out = torch.empty(
         (dims.batch, 1, dims.num_v_heads, dims.head_v), dtype=gates[0].dtype, device=state.device
     )
@@ -703,9 +709,11 @@ def launch_variant(
     )
     if kernel is not None:
         constexprs = what_if_constexprs(constexprs)
+    replaced = {name: value for name, value in options.items() if name in constexprs}
+    options = {name: value for name, value in options.items() if name not in constexprs}
     (kernel or recurrent_kernel.recurrent_step_kernel)[grid](
         *arguments,
-        **constexprs,
+        **(constexprs | replaced),
         num_warps=config.num_warps,
         **({"enable_fp_fusion": False} | options),
     )

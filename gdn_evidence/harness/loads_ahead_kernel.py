@@ -1,8 +1,9 @@
 """What-if recurrent decode kernels that issue the state's loads, or ask for it, earlier, for
 their time (``scripts/bench_decode.py --early-loads`` and ``--l2-prefetch``); nothing checks their
 outputs but the bench's own bit comparison with ours and the CPU tests. Their arithmetic, its
-order and their stores are ``kernels.recurrent.recurrent_step_kernel``'s (that kernel, or its
-device functions called on the same values), so their bits are the goldens'.
+order and their stores are ``kernels.recurrent.recurrent_step_kernel``'s with OUT_AS_HELD off
+(that kernel, or its device functions called on the same values), so their bits are the
+goldens'.
 
 Two things hold ours' loads back. With few programs (small B) one program's chain of waits is
 the kernel's time, and ours' holds three memory latencies in a row: the block's index (the
@@ -156,6 +157,7 @@ def l2_prefetch_kernel(
         LOG2_VEC,
         USE_QK_L2NORM,
         False,  # L2_AHEAD: the program's whole range is asked for above
+        False,  # OUT_AS_HELD: the outputs through tl.store, as the other what-if kernels
     )
 
 
