@@ -53,9 +53,11 @@
 #                 one call: source scripts/h200_layer_env.sh, no stage.sh
 #   output-store  ours against ours with its outputs converted into a store layout through
 #                 shared memory (bench_decode.py --output-store: OUT_AS_HELD off), alternating,
-#                 with vLLM, B = 1024 down to 1, then Nsight Compute's counters for vLLM's
-#                 kernel and ours at B = 1, 4, 8 and 128 (profile_recurrent.py; alone on the
-#                 GPU); one call: source scripts/h200_layer_env.sh, no stage.sh
+#                 with vLLM, B = 1024 down to 1 (alone on the GPU); source
+#                 scripts/h200_layer_env.sh, no stage.sh
+#   counters      Nsight Compute's counters for vLLM's recurrent kernel and ours at B = 1, 4, 8
+#                 and 128 (profile_recurrent.py; alone on the GPU); source
+#                 scripts/h200_layer_env.sh, no stage.sh
 #   shadow        the shadow engine check, one process per mode (route, off, golden), and the
 #                 prefill stage diagnostic; in parallel
 #   shadow-bench  the shadow overhead in the engine, then the decode kernels' launch-shape
@@ -176,7 +178,9 @@ case $stage in
     now bench_decode_output_store "$limit" python scripts/bench_decode.py --quick --rounds 1 \
       --ops recurrent --output-store \
       --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_output_store.json"
-    now ncu_recurrent 150 python scripts/profile_recurrent.py --batch-sizes 1,4,8,128 \
+    ;;
+  counters)
+    now ncu_recurrent "$limit" python scripts/profile_recurrent.py --batch-sizes 1,4,8,128 \
       --out "$out/ncu_recurrent.json"
     ;;
   shadow)
@@ -236,7 +240,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, output-store, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, output-store, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac
