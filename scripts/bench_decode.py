@@ -66,10 +66,10 @@ written by a second) against vLLM's decode step and ours, with its bits compared
 ``harness/prefetch_kernel.py`` (the state two blocks ahead in flight),
 ``harness/loads_ahead_kernel.py`` (every load that does not depend on the state's block issued
 first; the state asked into L2 ahead, one bulk prefetch: a program's whole range first, or
-blocks ahead in the loop), ours with its outputs converted into a store layout through shared
-memory (OUT_AS_HELD off) and ``harness/pipelined_kernel.py`` (the loop over blocks
-software-pipelined by Triton, the next blocks' state copied into shared memory asynchronously,
-at 2 to 4 stages), some also at other shapes, with ours there;
+blocks ahead in the loop; each block's outputs stored from the K-sum's layout, not through
+shared memory) and ``harness/pipelined_kernel.py``
+(the loop over blocks software-pipelined by Triton, the next blocks' state copied into shared
+memory asynchronously, at 2 to 4 stages), some also at other shapes, with ours there;
 ``same_bits`` says whether each variant's output and state were bitwise ours after one call.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
@@ -631,12 +631,14 @@ def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
 
 
 VARIANT_ROUNDS = 5
-EARLY_LOADS = {"AHEAD": 0, "EARLY_LOADS": True}  # loads_ahead_kernel's compile-time arguments
+# loads_ahead_kernel's compile-time arguments
+EARLY_LOADS = {"AHEAD": 0, "EARLY_LOADS": True, "OUT_AS_HELD": False}
 
 
-def l2_ahead(blocks: int) -> dict:
-    """loads_ahead_kernel's compile-time arguments for the L2 prefetch ``blocks`` ahead."""
-    return {"AHEAD": blocks, "EARLY_LOADS": False}
+def l2_ahead(blocks: int, out_as_held: bool = False) -> dict:
+    """loads_ahead_kernel's compile-time arguments for the L2 prefetch ``blocks`` ahead (0:
+    none), with the outputs stored as held or not."""
+    return {"AHEAD": blocks, "EARLY_LOADS": False, "OUT_AS_HELD": out_as_held}
 
 
 # Sets of variants of our recurrent kernel, name: (launch-shape fields replaced or None, compile
@@ -677,9 +679,19 @@ VARIANTS = {
         "l2_prefetch_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, l2_prefetch_kernel),
         "l2_ahead_2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, l2_ahead(2), loads_ahead_kernel),
     },
-    # Ours with each block's outputs converted into a store layout through shared memory
-    # (OUT_AS_HELD off), as before ours stored them from the K-sum's layout.
-    "output_store": {"out_through_shared_memory": (None, {"OUT_AS_HELD": False}, None)},
+    # Each block's outputs stored from the K-sum's layout (harness/loads_ahead_kernel.py's
+    # OUT_AS_HELD) instead of through shared memory: ours with that store where a program
+    # takes several blocks, and at every shape the kernel without the L2 request, without
+    # and with it (with one block per program, ours has no request).
+    "output_store": {
+        "out_as_held": (None, l2_ahead(1, out_as_held=True), loads_ahead_kernel),
+        "without_l2_ahead": (None, l2_ahead(0), loads_ahead_kernel),
+        "out_as_held_without_l2_ahead": (
+            None,
+            l2_ahead(0, out_as_held=True),
+            loads_ahead_kernel,
+        ),
+    },
     # The loop over blocks software-pipelined by Triton (harness/pipelined_kernel.py: the next
     # blocks' state in flight as asynchronous copies into shared memory), with ours at the
     # variants' other shapes.
@@ -699,8 +711,7 @@ def launch_variant(
     """``kernel`` (default: our recurrent kernel; another takes its arguments) at ``config``
     through Triton's JIT launcher with compile ``options`` (``enable_fp_fusion`` False unless
     given: with True, LLVM fuses products into the adds they feed, FMAs at the K-sums' first
-    level and the update, not the goldens' bits; ``maxnreg`` caps ptxas's registers); an option
-    named as one of ours' constexprs replaces its value."""
+    level and the update, not the goldens' bits; ``maxnreg`` caps ptxas's registers)."""
     out = torch.empty(
         (dims.batch, 1, dims.num_v_heads, dims.head_v), dtype=gates[0].dtype, device=state.device
     )
@@ -709,11 +720,9 @@ def launch_variant(
     )
     if kernel is not None:
         constexprs = what_if_constexprs(constexprs)
-    replaced = {name: value for name, value in options.items() if name in constexprs}
-    options = {name: value for name, value in options.items() if name not in constexprs}
     (kernel or recurrent_kernel.recurrent_step_kernel)[grid](
         *arguments,
-        **(constexprs | replaced),
+        **constexprs,
         num_warps=config.num_warps,
         **({"enable_fp_fusion": False} | options),
     )

@@ -1,9 +1,8 @@
 """What-if recurrent decode kernels that issue the state's loads, or ask for it, earlier, for
 their time (``scripts/bench_decode.py --early-loads`` and ``--l2-prefetch``); nothing checks their
 outputs but the bench's own bit comparison with ours and the CPU tests. Their arithmetic, its
-order and their stores are ``kernels.recurrent.recurrent_step_kernel``'s with OUT_AS_HELD off
-(that kernel, or its device functions called on the same values), so their bits are the
-goldens'.
+order and their stores are ``kernels.recurrent.recurrent_step_kernel``'s (that kernel, or its
+device functions called on the same values), so their bits are the goldens'.
 
 Two things hold ours' loads back. With few programs (small B) one program's chain of waits is
 the kernel's time, and ours' holds three memory latencies in a row: the block's index (the
@@ -20,6 +19,9 @@ of value rows only after most of the current block's arithmetic (ptxas's choice,
   of the program asked into L2 before the loop and block i + 1 + AHEAD at the top of iteration
   i (AHEAD = 1 without early loads is ours with L2_AHEAD). It takes every launch shape ours
   takes.
+  With OUT_AS_HELD each block's outputs are stored from the layout the K-sum leaves them in
+  (``store_as_held``), not converted into a store layout through shared memory between two
+  barriers, as ours does.
 * ``l2_prefetch_kernel``: all the state rows the program takes asked into L2 at once, then
   ``recurrent_step_kernel`` itself, called with the same arguments and L2_AHEAD off.
 
@@ -36,6 +38,7 @@ import triton.language as tl
 
 from vllm_gdn_invariant.kernels.elementary import round_to, to_fp32
 from vllm_gdn_invariant.kernels.recurrent import (
+    ON_DEVICE,
     delta_rule,
     gates,
     load_state_block,
@@ -57,6 +60,35 @@ def gate_inputs(p_a, p_b, p_A_log, p_dt_bias):
         to_fp32(tl.load(p_A_log)),
         to_fp32(tl.load(p_dt_bias)),
     )
+
+
+@triton.jit
+def store_as_held(pointer, value, mask):
+    """``tl.store(pointer, value, mask=mask)`` of 16- or 32-bit values, issued in the layout
+    ``value`` has: every thread that holds an element stores it (copies store the same bits),
+    so the value takes no conversion into a store layout. Inline PTX ``st.global`` (NVIDIA
+    targets); ``tl.store`` under the interpreter."""
+    if ON_DEVICE:
+        if value.dtype.primitive_bitwidth == 16:
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; setp.ne.u32 p, $3, 0; @p st.global.b16 [$1], $2; mov.u32 $0, 0; }",
+                "=r,l,h,r",
+                [pointer, value, mask.to(tl.int32)],
+                dtype=tl.int32,
+                is_pure=False,
+                pack=1,
+            )
+        else:
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; setp.ne.u32 p, $3, 0; @p st.global.b32 [$1], $2; mov.u32 $0, 0; }",
+                "=r,l,r,r",
+                [pointer, value, mask.to(tl.int32)],
+                dtype=tl.int32,
+                is_pure=False,
+                pack=1,
+            )
+    else:
+        tl.store(pointer, value, mask=mask)
 
 
 @triton.jit
@@ -157,7 +189,6 @@ def l2_prefetch_kernel(
         LOG2_VEC,
         USE_QK_L2NORM,
         False,  # L2_AHEAD: the program's whole range is asked for above
-        False,  # OUT_AS_HELD: the outputs through tl.store, as the other what-if kernels
     )
 
 
@@ -198,6 +229,7 @@ def loads_ahead_kernel(
     USE_QK_L2NORM: tl.constexpr,
     AHEAD: tl.constexpr,
     EARLY_LOADS: tl.constexpr,
+    OUT_AS_HELD: tl.constexpr,
 ):
     J: tl.constexpr = 1 << LOG2_J
     C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
@@ -265,7 +297,13 @@ def loads_ahead_kernel(
             v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_next, other=0.0))
         h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
         store_state_block(p_h, h, mask_v, stride_state_k, K, C, J)
-        tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
+        if OUT_AS_HELD:  # the block's outputs stored from the K-sum's layout
+            rows_out = first_row + i_c * BV + tl.arange(0, BV)
+            store_as_held(
+                out + i_nh * V + rows_out, round_to(o, out.dtype.element_ty), rows_out < V
+            )
+        else:
+            tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
         if CHUNKS > 1:
             h = h_next
             v = v_next

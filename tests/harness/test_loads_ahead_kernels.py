@@ -1,8 +1,9 @@
 """The what-if kernels that issue the recurrent step's loads earlier: the goldens' bits in Triton's
 interpreter (inactive rows, a partial last block), and, compiled for sm_90 without a GPU,
 gdn_evidence/harness/loads_ahead_kernel.py's kernels are ours with other bulk L2 prefetches (ours
-asks one block ahead) or with every global load before the first barrier (ours' has not); all
-keep the goldens' no-FMA rule and ours' registers or fewer."""
+asks one block ahead), with every global load before the first barrier (ours' has not) or with
+the outputs stored as held (two barriers fewer than ours); all keep the goldens' no-FMA rule and
+ours' registers or fewer. Kernels whose store as held is wrong fail the interpreter's check."""
 
 from __future__ import annotations
 
@@ -18,23 +19,25 @@ from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 
-from .helpers import run_interpreted
+from .helpers import REPO_ROOT, run_interpreted
 
 pytestmark = pytest.mark.skipif(
     recurrent_kernel.INTERPRETED, reason="compiles for sm_90: not under TRITON_INTERPRET=1"
 )
 
+THROUGH = {"OUT_AS_HELD": False}  # the outputs through shared memory, as ours stores them
+AS_HELD = {"OUT_AS_HELD": True}
 # kernel, its extra compile-time arguments (every one: the compile here passes no defaults), the
 # prefetches in its code: one before ours (the program's whole range), or one before the loop and
 # one at the top of each iteration
 KERNELS = {
-    # ours as the what-if kernels store their outputs (tl.store: OUT_AS_HELD off)
-    "ours": (recurrent_kernel.recurrent_step_kernel, {"OUT_AS_HELD": False}, 2),
+    "ours": (recurrent_kernel.recurrent_step_kernel, {}, 2),
     "l2_prefetch": (l2_prefetch_kernel, {}, 1),
-    "without_l2_ahead": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": False}, 0),
-    "l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": False}, 2),
-    "early_l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": True}, 2),
-    "early_loads": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": True}, 0),
+    "without_l2_ahead": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": False, **THROUGH}, 0),
+    "l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": False, **THROUGH}, 2),
+    "early_l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": True, **THROUGH}, 2),
+    "early_loads": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": True, **THROUGH}, 0),
+    "out_as_held": (loads_ahead_kernel, {"AHEAD": 1, "EARLY_LOADS": False, **AS_HELD}, 2),
 }
 
 
@@ -82,6 +85,25 @@ def test_the_l2_prefetch_kernels_are_ours_with_bulk_prefetches(name, ours_regist
     assert not usage.spills and usage.registers == ours_registers
 
 
+@pytest.mark.parametrize("batch", [16, 128])  # bf16 programs of 4 and 8 blocks
+def test_the_store_as_held_takes_the_outputs_barriers_out_of_the_loop(batch):
+    dims = qwen3_next_dims(batch)
+    compiled = {
+        name: codegen.compile_recurrent(
+            dims, state_dtype=torch.bfloat16, module=as_module(*KERNELS[name][:2])
+        )
+        for name in ("ours", "out_as_held")
+    }
+    ptx = {name: c.asm["ptx"] for name, c in compiled.items()}
+    assert ptx["out_as_held"].count("bar.sync") == ptx["ours"].count("bar.sync") - 2
+    store_as_held = "@p st.global.b16"  # store_as_held's inline PTX
+    assert store_as_held in ptx["out_as_held"] and store_as_held not in ptx["ours"]
+    usage = {name: codegen.resource_usage(c) for name, c in compiled.items()}
+    assert not usage["out_as_held"].spills
+    assert usage["out_as_held"].registers <= usage["ours"].registers
+    assert codegen.report_of(compiled["out_as_held"]).clean
+
+
 SASS_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z0-9_]+)")
 
 
@@ -95,9 +117,7 @@ def test_early_loads_issue_every_load_before_the_first_barrier(name, state_dtype
     compiled = codegen.compile_recurrent(
         dims, state_dtype=state_dtype, module=as_module(kernel, constexprs)
     )
-    ours = codegen.compile_recurrent(
-        dims, state_dtype=state_dtype, module=as_module(*KERNELS["ours"][:2])
-    )
+    ours = codegen.compile_recurrent(dims, state_dtype=state_dtype)
     opcodes = SASS_OPCODE.findall(codegen.sass_of(compiled.asm["cubin"]))
     first_barrier = opcodes.index("BAR")
     loads_after = [i for i, op in enumerate(opcodes) if op == "LDG" and i > first_barrier]
@@ -116,13 +136,18 @@ from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ah
 from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from tests.harness.interpreted_recurrent import bit_differences, recurrent_case
 
+LOADS = {"OUT_AS_HELD": False}
+HELD = {"EARLY_LOADS": False, "OUT_AS_HELD": True}
 CASES = {  # name: kernel, V, blocks per program, compile-time arguments
-    "early_loads chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 0, "EARLY_LOADS": True}),
-    "early_loads chunks=1": (loads_ahead_kernel, 24, 1, {"AHEAD": 0, "EARLY_LOADS": True}),
+    "early_loads chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 0, "EARLY_LOADS": True, **LOADS}),
+    "early_loads chunks=1": (loads_ahead_kernel, 24, 1, {"AHEAD": 0, "EARLY_LOADS": True, **LOADS}),
     "l2_prefetch": (l2_prefetch_kernel, 32, 4, {}),
-    "without_l2_ahead": (loads_ahead_kernel, 32, 4, {"AHEAD": 0, "EARLY_LOADS": False}),
-    "l2_ahead_2 chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 2, "EARLY_LOADS": False}),
-    "early_l2_ahead_2": (loads_ahead_kernel, 32, 4, {"AHEAD": 2, "EARLY_LOADS": True}),
+    "without_l2_ahead": (loads_ahead_kernel, 32, 4, {"AHEAD": 0, "EARLY_LOADS": False, **LOADS}),
+    "l2_ahead_2 chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 2, "EARLY_LOADS": False, **LOADS}),
+    "early_l2_ahead_2": (loads_ahead_kernel, 32, 4, {"AHEAD": 2, "EARLY_LOADS": True, **LOADS}),
+    "out_as_held chunks=4": (loads_ahead_kernel, 24, 4, {"AHEAD": 1, **HELD}),
+    "out_as_held chunks=1": (loads_ahead_kernel, 24, 1, {"AHEAD": 0, **HELD}),
+    "out_as_held whole": (loads_ahead_kernel, 32, 4, {"AHEAD": 0, **HELD}),
 }
 g = torch.Generator().manual_seed(0)
 results = {}
@@ -138,8 +163,49 @@ print(json.dumps(results))
 
 def test_the_kernels_write_the_goldens_bits_in_the_interpreter():
     cases = run_interpreted(GOLDEN_BITS)
-    assert len(cases) == 12
+    assert len(cases) == 18
     for name, case in cases.items():
         assert case["out_bits_differ"] == 0, name
         assert case["state_bits_differ"] == 0, name
         assert case["state_changed"] > 0, name  # the step did update the state
+        assert case["past_out_changed"] == 0, name
+
+
+# loads_ahead_kernel with one expression of its store as held changed (it must be there), run
+# where that store is: V = 24 in blocks of 8 rows, 4 per program (the last block past V), the
+# last batch row active (rows past V of its last head would land past the output).
+MUTATED_BITS = """
+import importlib.util, json, sys, torch
+from gdn_evidence.harness.what_if_arguments import what_if_constexprs
+from tests.harness.interpreted_recurrent import bit_differences, recurrent_case
+spec = importlib.util.spec_from_file_location("mutated_loads_ahead", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+def launch(grid, arguments, constexprs):
+    module.loads_ahead_kernel[grid](
+        *arguments, **what_if_constexprs(constexprs), AHEAD=0, EARLY_LOADS=False,
+        OUT_AS_HELD=True, num_warps=1,
+    )
+case = recurrent_case(torch.Generator().manual_seed(1), torch.float32, 24, (3, 0, -1, 1))
+print(json.dumps(bit_differences(case, 4, launch)))
+"""
+MUTATIONS = {
+    "unchanged": None,
+    "block_row_not_advanced": ("first_row + i_c * BV + tl.arange", "first_row + tl.arange"),
+    "rows_past_v_stored": ("rows_out < V\n", "rows_out < V + BV\n"),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_kernel_that_stores_its_outputs_as_held_wrongly_fails(mutation, tmp_path):
+    source = (REPO_ROOT / "gdn_evidence" / "harness" / "loads_ahead_kernel.py").read_text()
+    if MUTATIONS[mutation] is not None:
+        old, new = MUTATIONS[mutation]
+        assert source.count(old) == 1, f"the kernel no longer has {old!r}"
+        source = source.replace(old, new)
+    path = tmp_path / "mutated_loads_ahead.py"
+    path.write_text(source)
+    case = run_interpreted(MUTATED_BITS, str(path))
+    wrong = case["out_bits_differ"] + case["past_out_changed"]
+    assert case["state_bits_differ"] == 0 and case["state_changed"] > 0
+    assert (wrong == 0) is (mutation == "unchanged"), case

@@ -30,8 +30,6 @@ FORBIDDEN_TRITON = {
 NOT_ARITHMETIC = {
     ("recurrent.py", "prefetch_into_l2"): "one bulk prefetch into L2 in inline PTX, skipped "
     "under the interpreter; it changes no value",
-    ("recurrent.py", "store_as_held"): "a store of the values it is given in inline PTX "
-    "(tl.store under the interpreter); it computes no value",
 }
 
 
