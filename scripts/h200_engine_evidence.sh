@@ -7,7 +7,8 @@
 #   call 3: source .device-engine/enter.sh && bash scripts/h200_engine_evidence.sh $OUT graphs
 #   ...     the other stages below, one call each or several in one call
 # (every call after the first carries .device-engine; a machine idle for 30 s goes back, so
-# issue them back to back.)
+# issue them back to back. Where the whole .device-engine and the tree pass the 64 MiB a call
+# takes, scripts/h200_engine_stage.sh sets the engine up in three calls instead.)
 # Usage: h200_engine_evidence.sh OUT STAGE [LIMIT]; E2E_MODELS (default "qwen3_next qwen3_5").
 # Stages:
 #   eager         e2e arms 1-5 eager per model, the GPU kernel tests of batch-invariant mode and
