@@ -70,25 +70,24 @@ def store_as_held(pointer, value, mask):
     targets); ``tl.store`` under the interpreter."""
     if ON_DEVICE:
         if value.dtype.primitive_bitwidth == 16:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.u32 p, $3, 0; @p st.global.b16 [$1], $2; mov.u32 $0, 0; }",
-                "=r,l,h,r",
-                [pointer, value, mask.to(tl.int32)],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
+            ptx_store(pointer, value, mask, "st.global.b16", "=r,l,h,r")
         else:
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.u32 p, $3, 0; @p st.global.b32 [$1], $2; mov.u32 $0, 0; }",
-                "=r,l,r,r",
-                [pointer, value, mask.to(tl.int32)],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
+            ptx_store(pointer, value, mask, "st.global.b32", "=r,l,r,r")
     else:
         tl.store(pointer, value, mask=mask)
+
+
+@triton.jit
+def ptx_store(pointer, value, mask, STORE: tl.constexpr, CONSTRAINTS: tl.constexpr):
+    """``STORE [pointer], value`` where ``mask`` holds, per element, in inline PTX."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.u32 p, $3, 0; @p " + STORE + " [$1], $2; mov.u32 $0, 0; }",
+        CONSTRAINTS,
+        [pointer, value, mask.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
 
 
 @triton.jit
