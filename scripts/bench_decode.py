@@ -641,6 +641,9 @@ def l2_ahead(blocks: int, out_as_held: bool = False) -> dict:
     return {"AHEAD": blocks, "EARLY_LOADS": False, "OUT_AS_HELD": out_as_held}
 
 
+# ours without its request for the state into L2 (loads_ahead_kernel with AHEAD 0), in two sets
+WITHOUT_L2_AHEAD = (None, l2_ahead(0), loads_ahead_kernel)
+
 # Sets of variants of our recurrent kernel, name: (launch-shape fields replaced or None, compile
 # options, kernel or None for ours).
 VARIANTS = {
@@ -670,7 +673,7 @@ VARIANTS = {
     # rows taking 8 or 16 blocks in turn (with ours).
     "l2_prefetch": {
         "l2_prefetch": (None, {}, l2_prefetch_kernel),
-        "without_l2_ahead": (None, l2_ahead(0), loads_ahead_kernel),
+        "without_l2_ahead": WITHOUT_L2_AHEAD,
         "l2_ahead_2": (None, l2_ahead(2), loads_ahead_kernel),
         "early_l2_ahead_2": (None, l2_ahead(2) | {"EARLY_LOADS": True}, loads_ahead_kernel),
         "w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, None),
@@ -685,7 +688,7 @@ VARIANTS = {
     # and with it (with one block per program, ours has no request).
     "output_store": {
         "out_as_held": (None, l2_ahead(1, out_as_held=True), loads_ahead_kernel),
-        "without_l2_ahead": (None, l2_ahead(0), loads_ahead_kernel),
+        "without_l2_ahead": WITHOUT_L2_AHEAD,
         "out_as_held_without_l2_ahead": (
             None,
             l2_ahead(0, out_as_held=True),
