@@ -38,7 +38,7 @@ from typing import Any
 import checkout  # noqa: F401 - this checkout first on sys.path
 
 from gdn_evidence.e2e.bench import DECODE_PROMPTS, bench_model
-from gdn_evidence.e2e.engine_options import engine_options
+from gdn_evidence.e2e.engine_options import ATTENTION_BACKEND, PREFILL_BACKEND, engine_options
 from gdn_evidence.e2e.engine_process import in_process_engine_env
 from gdn_evidence.e2e.plugin_site import plugin_site
 from gdn_evidence.harness.provenance import provenance
@@ -120,7 +120,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
             enable_prefix_caching=False,
             seed=0,
             max_num_seqs=spec["max_num_seqs"],
-            **engine_options(None, None, spec["gpu_memory_utilization"]),
+            **engine_options(ATTENTION_BACKEND, PREFILL_BACKEND, spec["gpu_memory_utilization"]),
         )
         prompts = [words(64, start=11 * i) for i in range(DECODE_PROMPTS)]
         params = SamplingParams(temperature=0.0, max_tokens=spec["new_tokens"], ignore_eos=True)
