@@ -88,29 +88,51 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     """In the engine's process: generate, keep the decode launch, time the kernels."""
     import torch
     from vllm import LLM, SamplingParams
+    from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
     from gdn_evidence.harness.agreement import load_providers
     from gdn_evidence.harness.profiling import kernel_time
     from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
     from vllm_gdn_invariant.kernels import serving
+    from vllm_gdn_invariant.kernels.validation import check_recurrent_args
 
     kept: dict[str, Any] = {}
     launch_into = serving.launch_into
+    packed_decode = qwen.fused_recurrent_gated_delta_rule_packed_decode
+
+    def keep(mixed_qkv, a, b, A_log, dt_bias, state, state_indices, dims, config):
+        kept.update(
+            mixed_qkv_layout=layout(mixed_qkv),
+            a_layout=layout(a),
+            tensors=(mixed_qkv, a, b, A_log, dt_bias),
+            state=state,
+            state_indices=state_indices.clone(),
+            dims=dims,
+            config=config,
+        )
 
     def keeping(out, mixed_qkv, a, b, A_log, dt_bias, state, state_indices, dims, config):
-        if dims.batch == spec["batch"] and not kept:
-            kept.update(
-                mixed_qkv_layout=layout(mixed_qkv),
-                a_layout=layout(a),
-                tensors=(mixed_qkv.clone(), a.clone(), b.clone(), A_log, dt_bias),
-                state=state,
-                state_indices=state_indices.clone(),
-                dims=dims,
-                config=config,
-            )
+        if dims.batch == spec["batch"] and not kept:  # mode golden's decode step
+            keep(mixed_qkv.clone(), a.clone(), b.clone(), A_log, dt_bias, state, state_indices,
+                 dims, config)  # fmt: skip
         return launch_into(out, mixed_qkv, a, b, A_log, dt_bias, state, state_indices, dims, config)
 
+    def keeping_vllm(**kwargs):
+        mixed_qkv, indices = kwargs["mixed_qkv"], kwargs["ssm_state_indices"]
+        if mixed_qkv.shape[0] == spec["batch"] and not kept:  # mode route: vLLM's views as-is
+            state, a, b = kwargs["initial_state"], kwargs["a"], kwargs["b"]
+            HV, V, K = state.shape[1:]
+            dims = check_recurrent_args(
+                mixed_qkv, a, b, kwargs["A_log"], kwargs["dt_bias"], state, indices,
+                num_k_heads=(mixed_qkv.shape[1] - HV * V) // (2 * K), scale=kwargs["scale"],
+                use_qk_l2norm=True, interpreted=False,
+            )  # fmt: skip
+            config = recurrent_kernel.recurrent_config(dims, state.dtype)
+            keep(mixed_qkv, a, b, kwargs["A_log"], kwargs["dt_bias"], state, indices, dims, config)
+        return packed_decode(**kwargs)
+
     serving.launch_into = keeping
+    qwen.fused_recurrent_gated_delta_rule_packed_decode = keeping_vllm
     try:
         llm = LLM(
             model=spec["model_dir"],
@@ -127,6 +149,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
         llm.generate(prompts, params, use_tqdm=False)
     finally:
         serving.launch_into = launch_into
+        qwen.fused_recurrent_gated_delta_rule_packed_decode = packed_decode
     if not kept:
         raise RuntimeError(f"no decode launch of {spec['batch']} rows in the engine")
 
@@ -168,6 +191,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
             for name in order:
                 times[arm][name].append(kernel_time(functions[arm][name]).us)
     return {
+        "mode": spec["mode"],
         "batch": batch,
         "capability": capability,
         "config": {k: getattr(config, k) for k in config.__dataclass_fields__},
@@ -191,6 +215,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, help="JSON file to write")
     parser.add_argument("--batch", type=int, default=DECODE_PROMPTS, help="rows of the launch")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--mode",
+        choices=("golden", "route"),
+        default="golden",
+        help="the plugin's mode: golden keeps its decode step's launch, route vLLM's call",
+    )
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--num-layers", type=int, default=None)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.4)
@@ -215,12 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         "model_dir": str(write_tiny_model(work / "model", **model)),
         "batch": args.batch,
         "rounds": args.rounds,
+        "mode": args.mode,
         "new_tokens": args.new_tokens,
         "max_num_seqs": max(256, DECODE_PROMPTS),
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "result": str(work / "result.json"),
     }
-    env = in_process_engine_env(site, mode="golden", batch_invariant=False)
+    env = in_process_engine_env(site, mode=args.mode, batch_invariant=False)
     command = [sys.executable, __file__, "--run-engine", json.dumps(spec)]
     done = subprocess.run(command, env=env, check=False)
     record = {"schema": SCHEMA, "provenance": provenance(model=model), "spec": spec}
