@@ -66,8 +66,8 @@ written by a second) against vLLM's decode step and ours, with its bits compared
 ``harness/prefetch_kernel.py`` (the state two blocks ahead in flight),
 ``harness/loads_ahead_kernel.py`` (every load that does not depend on the state's block issued
 first; the state asked into L2 ahead, one bulk prefetch: a program's whole range first, or
-blocks ahead in the loop; each block's outputs stored from the K-sum's layout, not through
-shared memory) and ``harness/pipelined_kernel.py``
+blocks ahead in the loop; each block's outputs through shared memory, as ours stored them
+before it stored them as held) and ``harness/pipelined_kernel.py``
 (the loop over blocks software-pipelined by Triton, the next blocks' state copied into shared
 memory asynchronously, at 2 to 4 stages), some also at other shapes, with ours there;
 ``same_bits`` says whether each variant's output and state were bitwise ours after one call.
@@ -682,12 +682,12 @@ VARIANTS = {
         "l2_prefetch_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, l2_prefetch_kernel),
         "l2_ahead_2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, l2_ahead(2), loads_ahead_kernel),
     },
-    # Each block's outputs stored from the K-sum's layout (harness/loads_ahead_kernel.py's
-    # OUT_AS_HELD) instead of through shared memory: ours with that store where a program
-    # takes several blocks, and at every shape the kernel without the L2 request, without
-    # and with it (with one block per program, ours has no request).
+    # Each block's outputs converted into a store layout through shared memory, as ours stored
+    # them before its store as held (OUT_AS_HELD): ours so where a program takes several
+    # blocks, and at every shape the kernel without the L2 request, through shared memory and
+    # as held (with one block per program, ours has no request).
     "output_store": {
-        "out_as_held": (None, l2_ahead(1, out_as_held=True), loads_ahead_kernel),
+        "through_shared": (None, l2_ahead(1), loads_ahead_kernel),
         "without_l2_ahead": WITHOUT_L2_AHEAD,
         "out_as_held_without_l2_ahead": (
             None,

@@ -52,10 +52,11 @@
 #                 into L2 ahead (--l2-prefetch), each set against vLLM and ours, alternating,
 #                 with its bits compared with ours, from B = 1024 down to 1 (alone on the GPU);
 #                 one call: source scripts/h200_layer_env.sh, no stage.sh
-#   output-store  each block's outputs stored from the K-sum's layout, not through shared
-#                 memory (bench_decode.py --output-store: loads_ahead_kernel's OUT_AS_HELD, with
-#                 and without the L2 request), against vLLM and ours, alternating, with its bits
-#                 compared with ours, B = 1024 down to 1 (alone on the GPU); source
+#   output-store  each block's outputs through shared memory, as ours stored them before it
+#                 stored them as held (bench_decode.py --output-store: loads_ahead_kernel's
+#                 OUT_AS_HELD off and on, with and without the L2 request), against vLLM and
+#                 ours, alternating, with its bits compared with ours, B = 1024 down to 1 (alone
+#                 on the GPU); source
 #                 scripts/h200_layer_env.sh, no stage.sh
 #   counters      Nsight Compute's counters for vLLM's recurrent kernel and ours at B = 1, 4, 8
 #                 and 128 (profile_recurrent.py; alone on the GPU); source

@@ -20,8 +20,8 @@ of value rows only after most of the current block's arithmetic (ptxas's choice,
   i (AHEAD = 1 without early loads is ours with L2_AHEAD). It takes every launch shape ours
   takes.
   With OUT_AS_HELD each block's outputs are stored from the layout the K-sum leaves them in
-  (``store_as_held``), not converted into a store layout through shared memory between two
-  barriers, as ours does.
+  (ours' ``store_as_held``, as ours stores them on NVIDIA targets); without it they are
+  converted into a store layout through shared memory between two barriers.
 * ``l2_prefetch_kernel``: all the state rows the program takes asked into L2 at once, then
   ``recurrent_step_kernel`` itself, called with the same arguments and L2_AHEAD off.
 
@@ -38,7 +38,6 @@ import triton.language as tl
 
 from vllm_gdn_invariant.kernels.elementary import round_to, to_fp32
 from vllm_gdn_invariant.kernels.recurrent import (
-    ON_DEVICE,
     delta_rule,
     gates,
     load_state_block,
@@ -46,6 +45,7 @@ from vllm_gdn_invariant.kernels.recurrent import (
     prefetch_rows,
     qk_slabs,
     recurrent_step_kernel,
+    store_as_held,
     store_state_block,
 )
 
@@ -59,34 +59,6 @@ def gate_inputs(p_a, p_b, p_A_log, p_dt_bias):
         to_fp32(tl.load(p_b)),
         to_fp32(tl.load(p_A_log)),
         to_fp32(tl.load(p_dt_bias)),
-    )
-
-
-@triton.jit
-def store_as_held(pointer, value, mask):
-    """``tl.store(pointer, value, mask=mask)`` of 16- or 32-bit values, issued in the layout
-    ``value`` has: every thread that holds an element stores it (copies store the same bits),
-    so the value takes no conversion into a store layout. Inline PTX ``st.global`` (NVIDIA
-    targets); ``tl.store`` under the interpreter."""
-    if ON_DEVICE:
-        if value.dtype.primitive_bitwidth == 16:
-            ptx_store(pointer, value, mask, "st.global.b16", "=r,l,h,r")
-        else:
-            ptx_store(pointer, value, mask, "st.global.b32", "=r,l,r,r")
-    else:
-        tl.store(pointer, value, mask=mask)
-
-
-@triton.jit
-def ptx_store(pointer, value, mask, STORE: tl.constexpr, CONSTRAINTS: tl.constexpr):
-    """``STORE [pointer], value`` where ``mask`` holds, per element, in inline PTX."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.u32 p, $3, 0; @p " + STORE + " [$1], $2; mov.u32 $0, 0; }",
-        CONSTRAINTS,
-        [pointer, value, mask.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
     )
 
 
@@ -188,6 +160,7 @@ def l2_prefetch_kernel(
         LOG2_VEC,
         USE_QK_L2NORM,
         False,  # L2_AHEAD: the program's whole range is asked for above
+        False,  # OUT_AS_HELD: the outputs through shared memory, as before the store as held
     )
 
 

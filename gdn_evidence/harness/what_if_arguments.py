@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-# kernels.recurrent's own request for the state into L2; each what-if kernel asks in its own way
-OURS_ONLY = ("L2_AHEAD",)
+# kernels.recurrent's own request for the state into L2 (each what-if kernel asks in its own
+# way) and its store of the outputs from the K-sum's layout (the what-if kernels store them
+# with tl.store, as ours does with OUT_AS_HELD off)
+OURS_ONLY = ("L2_AHEAD", "OUT_AS_HELD")
 
 
 def what_if_constexprs(constexprs: dict) -> dict:

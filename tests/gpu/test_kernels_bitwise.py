@@ -25,6 +25,7 @@ from vllm_gdn_invariant.kernels.recurrent import (
     device_capability,
     l2_ahead,
     launch_recurrent,
+    out_as_held,
     recurrent_config,
 )
 from vllm_gdn_invariant.kernels.validation import check_conv_args, check_recurrent_args
@@ -245,6 +246,33 @@ def test_the_l2_prefetch_runs_where_its_rule_says_with_the_goldens_bits(pad):
     out, compiled = launch_recurrent(*args[:5], state, args[6], checked, config)
     torch.cuda.synchronize()
     assert compiled.asm["ptx"].count("cp.async.bulk.prefetch.L2.global") == 2 * expected
+    assert same_bits(out, golden_out), "out"
+    assert same_bits(state, golden_state), "state"
+
+
+@pytest.mark.parametrize(
+    "state_dtype, mixed_dtype, store",
+    [
+        (torch.bfloat16, torch.bfloat16, "@p st.global.b16"),  # programs of 8 blocks
+        (torch.float32, torch.bfloat16, "@p st.global.b16"),  # one block per program
+        (torch.bfloat16, torch.float32, "@p st.global.b32"),
+    ],
+    ids=["bf16", "fp32", "bf16-fp32-out"],
+)
+def test_the_outputs_stored_as_held_are_the_goldens_bits(state_dtype, mixed_dtype, store):
+    """B = 64 with inactive rows: the compiled kernel stores its outputs from the K-sum's layout
+    (store_as_held's inline PTX, out_as_held on for an NVIDIA device), bitwise the golden."""
+    args, kwargs = recurrent_inputs(
+        64, 16, 32, 128, 128, state_dtype, mixed_dtype=mixed_dtype, seed=13
+    )
+    golden_out, golden_state = golden_recurrent_step(*args, **kwargs)
+    checked = check_recurrent_args(*args, **kwargs, interpreted=False)
+    config = recurrent_config(checked, state_dtype)
+    assert out_as_held(device_capability(args[5].device))
+    state = args[5].clone()
+    out, compiled = launch_recurrent(*args[:5], state, args[6], checked, config)
+    torch.cuda.synchronize()
+    assert store in compiled.asm["ptx"]
     assert same_bits(out, golden_out), "out"
     assert same_bits(state, golden_state), "state"
 

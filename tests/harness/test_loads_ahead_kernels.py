@@ -25,13 +25,14 @@ pytestmark = pytest.mark.skipif(
     recurrent_kernel.INTERPRETED, reason="compiles for sm_90: not under TRITON_INTERPRET=1"
 )
 
-THROUGH = {"OUT_AS_HELD": False}  # the outputs through shared memory, as ours stores them
+THROUGH = {"OUT_AS_HELD": False}  # the outputs through shared memory
 AS_HELD = {"OUT_AS_HELD": True}
 # kernel, its extra compile-time arguments (every one: the compile here passes no defaults), the
 # prefetches in its code: one before ours (the program's whole range), or one before the loop and
 # one at the top of each iteration
 KERNELS = {
-    "ours": (recurrent_kernel.recurrent_step_kernel, {}, 2),
+    # ours as the what-if kernels but out_as_held store their outputs
+    "ours": (recurrent_kernel.recurrent_step_kernel, THROUGH, 2),
     "l2_prefetch": (l2_prefetch_kernel, {}, 1),
     "without_l2_ahead": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": False, **THROUGH}, 0),
     "l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": False, **THROUGH}, 2),
@@ -117,7 +118,9 @@ def test_early_loads_issue_every_load_before_the_first_barrier(name, state_dtype
     compiled = codegen.compile_recurrent(
         dims, state_dtype=state_dtype, module=as_module(kernel, constexprs)
     )
-    ours = codegen.compile_recurrent(dims, state_dtype=state_dtype)
+    ours = codegen.compile_recurrent(
+        dims, state_dtype=state_dtype, module=as_module(*KERNELS["ours"][:2])
+    )
     opcodes = SASS_OPCODE.findall(codegen.sass_of(compiled.asm["cubin"]))
     first_barrier = opcodes.index("BAR")
     loads_after = [i for i, op in enumerate(opcodes) if op == "LDG" and i > first_barrier]
