@@ -20,7 +20,7 @@ of value rows only after most of the current block's arithmetic (ptxas's choice,
   i (AHEAD = 1 without early loads is ours with L2_AHEAD). It takes every launch shape ours
   takes.
   With OUT_AS_HELD each block's outputs are stored from the layout the K-sum leaves them in
-  (ours' ``store_as_held``, as ours stores them on NVIDIA targets); without it they are
+  (ours' ``store_outputs``, as ours stores them on NVIDIA targets); without it they are
   converted into a store layout through shared memory between two barriers.
 * ``l2_prefetch_kernel``: all the state rows the program takes asked into L2 at once, then
   ``recurrent_step_kernel`` itself, called with the same arguments and L2_AHEAD off.
@@ -36,7 +36,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from vllm_gdn_invariant.kernels.elementary import round_to, to_fp32
+from vllm_gdn_invariant.kernels.elementary import to_fp32
 from vllm_gdn_invariant.kernels.recurrent import (
     delta_rule,
     gates,
@@ -45,7 +45,7 @@ from vllm_gdn_invariant.kernels.recurrent import (
     prefetch_rows,
     qk_slabs,
     recurrent_step_kernel,
-    store_as_held,
+    store_outputs,
     store_state_block,
 )
 
@@ -269,13 +269,7 @@ def loads_ahead_kernel(
             v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_next, other=0.0))
         h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
         store_state_block(p_h, h, mask_v, stride_state_k, K, C, J)
-        if OUT_AS_HELD:  # the block's outputs stored from the K-sum's layout
-            rows_out = first_row + i_c * BV + tl.arange(0, BV)
-            store_as_held(
-                out + i_nh * V + rows_out, round_to(o, out.dtype.element_ty), rows_out < V
-            )
-        else:
-            tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
+        store_outputs(out, p_out, o, mask_v, first_row + i_c * BV, i_nh, V, BV, OUT_AS_HELD)
         if CHUNKS > 1:
             h = h_next
             v = v_next

@@ -174,9 +174,10 @@ def test_the_kernels_write_the_goldens_bits_in_the_interpreter():
         assert case["past_out_changed"] == 0, name
 
 
-# loads_ahead_kernel with one expression of its store as held changed (it must be there), run
-# where that store is: V = 24 in blocks of 8 rows, 4 per program (the last block past V), the
-# last batch row active (rows past V of its last head would land past the output).
+# loads_ahead_kernel with the block row it gives ours' store_outputs not advanced (it must be
+# there; store_outputs' own mutations are tests/kernels/test_kernels_out_as_held.py's), run where
+# that store is: V = 24 in blocks of 8 rows, 4 per program (the last block past V), the last
+# batch row active (rows past V of its last head would land past the output).
 MUTATED_BITS = """
 import importlib.util, json, sys, torch
 from gdn_evidence.harness.what_if_arguments import what_if_constexprs
@@ -194,8 +195,7 @@ print(json.dumps(bit_differences(case, 4, launch)))
 """
 MUTATIONS = {
     "unchanged": None,
-    "block_row_not_advanced": ("first_row + i_c * BV + tl.arange", "first_row + tl.arange"),
-    "rows_past_v_stored": ("rows_out < V\n", "rows_out < V + BV\n"),
+    "block_row_not_advanced": ("first_row + i_c * BV, i_nh", "first_row, i_nh"),
 }
 
 

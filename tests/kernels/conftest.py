@@ -54,6 +54,16 @@ def import_interpreted(name: str, path: Path) -> ModuleType:
     return module
 
 
+def import_mutated_recurrent(name: str, old: str, new: str, directory: Path) -> ModuleType:
+    """kernels/recurrent.py with its one ``old`` replaced by ``new`` (it must be there once),
+    written to ``directory`` and imported interpreted as ``INTERPRETED_KERNELS.name``."""
+    source = (KERNELS_DIR / "recurrent.py").read_text()
+    assert source.count(old) == 1, f"the kernel no longer has {old!r}"
+    path = directory / f"{name}.py"
+    path.write_text(source.replace(old, new))
+    return import_interpreted(f"{INTERPRETED_KERNELS}.{name}", path)
+
+
 def import_interpreted_submodule(name: str) -> ModuleType:
     """Submodule ``name`` of the interpreted kernels package, imported with TRITON_INTERPRET=1
     set for the import only (a module with jit functions of its own needs it)."""

@@ -17,7 +17,7 @@ from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
 from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..golden.helpers import build_conv_case, build_recurrent_case
-from .conftest import INTERPRETED_KERNELS, KERNELS_DIR, import_interpreted
+from .conftest import import_mutated_recurrent
 
 
 def recurrent_matches_golden(kernels, case) -> bool:
@@ -88,12 +88,9 @@ BLOCK_MUTATIONS = {
 
 @pytest.mark.parametrize("mutation", list(BLOCK_MUTATIONS))
 def test_a_kernel_that_takes_its_blocks_wrongly_fails(kernels, mutation, tmp_path):
-    old, new = BLOCK_MUTATIONS[mutation]
-    source = (KERNELS_DIR / "recurrent.py").read_text()
-    assert source.count(old) == 1, f"the kernel no longer has {old!r}"
-    path = tmp_path / f"recurrent_{mutation}.py"
-    path.write_text(source.replace(old, new))
-    mutated = import_interpreted(f"{INTERPRETED_KERNELS}.recurrent_{mutation}", path)
+    mutated = import_mutated_recurrent(
+        f"recurrent_{mutation}", *BLOCK_MUTATIONS[mutation], tmp_path
+    )
     case = build_recurrent_case(2, H=1, HV=2, K=8, V=16, inactive=(1,), seed=5)
     golden_out, golden_state = golden_recurrent_step(*case.args(), **case.kwargs)
 

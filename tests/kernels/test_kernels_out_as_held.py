@@ -20,7 +20,7 @@ from vllm_gdn_invariant.kernels.validation import RecurrentDims
 from vllm_gdn_invariant.shadow.bits import same_bits
 
 from ..golden.helpers import build_recurrent_case
-from .conftest import INTERPRETED_KERNELS, KERNELS_DIR, import_interpreted
+from .conftest import import_mutated_recurrent
 
 H, HV, K, V = 16, 32, 128, 128
 
@@ -147,19 +147,14 @@ def test_outputs_stored_as_held_are_the_goldens_bits(kernels, V, block_v, chunks
 
 # Kernels whose store as held is wrong: each replaces one expression of it (it must be there).
 MUTATIONS = {
-    "block_row_not_advanced": ("first_row + i_c * BV + tl.arange", "first_row + tl.arange"),
-    "rows_past_v_stored": ("rows_out < V", "rows_out < V + BV"),
+    "block_row_not_advanced": ("first_row + i_c * BV, i_nh", "first_row, i_nh"),
+    "rows_past_v_stored": ("rows < V)", "rows < V + BV)"),
 }
 
 
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
 def test_a_kernel_that_stores_as_held_wrongly_fails(kernels, mutation, tmp_path):
-    old, new = MUTATIONS[mutation]
-    source = (KERNELS_DIR / "recurrent.py").read_text()
-    assert source.count(old) == 1, f"the kernel no longer has {old!r}"
-    path = tmp_path / f"recurrent_{mutation}.py"
-    path.write_text(source.replace(old, new))
-    mutated = import_interpreted(f"{INTERPRETED_KERNELS}.recurrent_held_{mutation}", path)
+    mutated = import_mutated_recurrent(f"recurrent_held_{mutation}", *MUTATIONS[mutation], tmp_path)
     case = build_recurrent_case(3, H=1, HV=2, K=6, V=17, inactive=(1,), seed=3)
     config = kernels.recurrent.RecurrentConfig(4, 1, 1, 1, num_warps=1, chunks=3)
     assert matches_golden_with_out_as_held(kernels.recurrent, case, config)

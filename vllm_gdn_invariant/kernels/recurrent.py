@@ -230,6 +230,20 @@ def ptx_store(pointer, value, mask, STORE: tl.constexpr, CONSTRAINTS: tl.constex
 
 
 @triton.jit
+def store_outputs(
+    out, p_out, o, mask_v, block_row, i_nh, V: tl.constexpr, BV: tl.constexpr, AS_HELD: tl.constexpr
+):
+    """A block's outputs ``o`` (rows block_row .. block_row + BV - 1 of head-row ``i_nh``)
+    rounded to ``out``'s dtype: with AS_HELD stored from the layout they are in
+    (``store_as_held``), else through ``tl.store`` at ``p_out`` where ``mask_v`` holds."""
+    if AS_HELD:
+        rows = block_row + tl.arange(0, BV)
+        store_as_held(out + i_nh * V + rows, round_to(o, out.dtype.element_ty), rows < V)
+    else:
+        tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
+
+
+@triton.jit
 def recurrent_step_kernel(
     mixed_qkv,
     a,
@@ -330,13 +344,7 @@ def recurrent_step_kernel(
             v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_next, other=0.0))
         h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
         store_state_block(p_h, h, mask_v, stride_state_k, K, C, J)
-        if OUT_AS_HELD:  # the block's outputs stored from the K-sum's layout
-            rows_out = first_row + i_c * BV + tl.arange(0, BV)
-            store_as_held(
-                out + i_nh * V + rows_out, round_to(o, out.dtype.element_ty), rows_out < V
-            )
-        else:
-            tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
+        store_outputs(out, p_out, o, mask_v, first_row + i_c * BV, i_nh, V, BV, OUT_AS_HELD)
         if CHUNKS > 1:
             h = h_next
             v = v_next
