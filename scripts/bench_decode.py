@@ -95,6 +95,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import math
 import os
 import statistics
 import sys
@@ -963,6 +964,34 @@ def variants_table(report: dict, key: str, cold: bool = False) -> str:
     return "\n".join(lines)
 
 
+def output_store_verdict(report: dict) -> tuple[list[str], bool]:
+    """Whether ours (the outputs stored as held) keeps its place in an ``--output-store`` run:
+    per case vLLM's device time over ours' and over the same kernel with the outputs through
+    shared memory (``through_shared``; ``without_l2_ahead`` where a program takes one block, as
+    ours has no L2 request there), then their geometric mean; it holds where every variant's
+    bits were ours and that mean is 1 or more."""
+    lines, logs, bits = [], [], True
+    for c in report["cases"]:
+        timed = c.get("output_store")
+        if timed is None:
+            continue
+        bits &= all(timed["same_bits"].values())
+        speed = timed["speed_vs_vllm_device"]
+        through = speed["through_shared" if "through_shared" in speed else "without_l2_ahead"]
+        logs.append(math.log(speed["ours"] / through))
+        lines.append(
+            f"{STATE_NAMES[c['state_dtype']]} B={c['batch']}: ours {speed['ours']:.3f}, "
+            f"through shared memory {through:.3f}"
+        )
+    if not logs:
+        raise ValueError("no --output-store timings in this report")
+    mean = math.exp(sum(logs) / len(logs))
+    holds = bits and mean >= 1.0
+    lines.append(f"geometric mean ours/through shared memory {mean:.4f}, bits ours: {bits}")
+    lines.append("verdict: as held" if holds else "verdict: through shared memory")
+    return lines, holds
+
+
 def shape_text(config: dict) -> str:
     """A launch shape as the sweep tables write it: ``block_v=8, ..., num_warps=1``."""
     return ", ".join(f"{k}={v}" for k, v in config.items())
@@ -1047,6 +1076,12 @@ def main(argv: list[str] | None = None) -> int:
             type=Path,
             help=f"print the --{key.replace('_', '-')} timings of this JSON file",
         )
+    parser.add_argument(
+        "--output-store-verdict",
+        type=Path,
+        help="print whether ours beats the outputs through shared memory in this --output-store "
+        "JSON file (exit 0 if so, 1 if not)",
+    )
     parser.add_argument("--batch-sizes", default=None, help="comma-separated (default: all)")
     parser.add_argument("--ops", default=",".join(OPS), help="comma-separated, of " + str(OPS))
     parser.add_argument(
@@ -1092,6 +1127,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep_table is not None:
         print(sweep_table(json.loads(args.sweep_table.read_text())))
         return 0
+    if args.output_store_verdict is not None:
+        lines, holds = output_store_verdict(json.loads(args.output_store_verdict.read_text()))
+        print("\n".join(lines))
+        return 0 if holds else 1
     for key in (*VARIANTS, "replay_step"):
         path = getattr(args, f"{key}_table")
         if path is not None:

@@ -58,6 +58,10 @@
 #                 ours, alternating, with its bits compared with ours, B = 1024 down to 1 (alone
 #                 on the GPU); source
 #                 scripts/h200_layer_env.sh, no stage.sh
+#   as-held       stage output-store with limit 150, then bench_decode.py --output-store-verdict
+#                 (ours, the outputs stored as held, against them through shared memory), and
+#                 stage kernels only where ours holds; one call: source
+#                 scripts/h200_layer_env.sh, no stage.sh
 #   counters      Nsight Compute's counters for vLLM's recurrent kernel and ours at B = 1, 4, 8
 #                 and 128 (profile_recurrent.py; alone on the GPU); source
 #                 scripts/h200_layer_env.sh, no stage.sh
@@ -108,6 +112,18 @@ now() {  # now NAME SECONDS COMMAND...: run in the foreground, cut at SECONDS
   timeout "$seconds" "$@" > "$out/$name.log" 2>&1
   echo "job $name exit $?"
 }
+kernel_checks() {  # kernel_checks SECONDS: the kernels' GPU matrix, then their 7-round bench
+  now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \
+    tests/gpu/test_kernels_bitwise.py tests/gpu/test_kernels_launch.py \
+    tests/gpu/test_profiling_gpu.py
+  now bench_decode "$1" python scripts/bench_decode.py --quick --rounds 7 --what-if \
+    --out "$out/bench_decode.json"
+}
+output_store() {  # output_store SECONDS: bench_decode.py --output-store, B = 1024 down to 1
+  now bench_decode_output_store "$1" python scripts/bench_decode.py --quick --rounds 1 \
+    --ops recurrent --output-store \
+    --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_output_store.json"
+}
 case $stage in
   eager)
     for model in $models; do
@@ -154,11 +170,7 @@ case $stage in
       --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --out "$out/bench_engine_golden_long.json"
     ;;
   kernels)
-    now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \
-      tests/gpu/test_kernels_bitwise.py tests/gpu/test_kernels_launch.py \
-      tests/gpu/test_profiling_gpu.py
-    now bench_decode "$limit" python scripts/bench_decode.py --quick --rounds 7 --what-if \
-      --out "$out/bench_decode.json"
+    kernel_checks "$limit"
     ;;
   kernel-sweep)
     now pytest_sweep_shapes 180 python -m pytest -q -p no:cacheprovider -rs \
@@ -178,9 +190,15 @@ case $stage in
       --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_loads_ahead.json"
     ;;
   output-store)
-    now bench_decode_output_store "$limit" python scripts/bench_decode.py --quick --rounds 1 \
-      --ops recurrent --output-store \
-      --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_output_store.json"
+    output_store "$limit"
+    ;;
+  as-held)
+    output_store 150
+    now output_store_verdict 30 python scripts/bench_decode.py \
+      --output-store-verdict "$out/bench_decode_output_store.json"
+    if [ -n "$dry" ] || grep -qx "verdict: as held" "$out/output_store_verdict.log"; then
+      kernel_checks "$limit"
+    fi
     ;;
   counters)
     now ncu_recurrent "$limit" python scripts/profile_recurrent.py --batch-sizes 1,4,8,128 \
@@ -243,7 +261,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, output-store, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, output-store, as-held, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac

@@ -100,7 +100,7 @@ def test_prefetch_kernels_run_where_they_take_whole_blocks_with_ours_bits(tmp_pa
     target = tmp_path / "prefetch.json"
     result = run(
         "--smoke", "--ops", "recurrent", "--prefetch", "--l2-prefetch", "--early-loads",
-        "--out", str(target),
+        "--output-store", "--out", str(target),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     for case in json.loads(target.read_text())["cases"]:
@@ -117,6 +117,9 @@ def test_prefetch_kernels_run_where_they_take_whole_blocks_with_ours_bits(tmp_pa
         early = case["early_loads"]  # every shape ours takes: here one block per program
         assert early["configs"]["early_loads"] == case["config"]
         assert early["same_bits"] == {"early_loads": True}
+        # one block per program: the kernels that take every shape, not through_shared
+        held = {"without_l2_ahead", "out_as_held_without_l2_ahead"}
+        assert case["output_store"]["same_bits"] == dict.fromkeys(held, True)
 
 
 def test_pipelined_variants_run_where_they_take_whole_blocks_with_ours_bits(tmp_path, bench):
@@ -307,3 +310,56 @@ def test_the_one_shape_for_every_batch_size_is_the_one_least_behind_the_fastest(
     choice = bench.sweep_choices(report)[("recurrent", "bfloat16")]
     assert choice["config"] == {"name": "b"}
     assert choice["worst"] == pytest.approx(1.1) and choice["worst_batch"] == 64
+
+
+def output_store_case(batch: int, speeds: dict, same: bool = True) -> dict:
+    configs = [name for name in speeds if name != "ours"]
+    return {
+        "state_dtype": "bfloat16",
+        "batch": batch,
+        "output_store": {
+            "same_bits": dict.fromkeys(configs, same),
+            "speed_vs_vllm_device": speeds,
+        },
+    }
+
+
+def test_the_output_store_verdict_compares_ours_with_the_outputs_through_shared_memory(bench):
+    # B = 64: programs of several blocks (through_shared timed); B = 1: one block per program,
+    # where without_l2_ahead is the kernel through shared memory
+    wins = [
+        output_store_case(64, {"ours": 1.01, "through_shared": 0.99, "without_l2_ahead": 1.2}),
+        output_store_case(1, {"ours": 0.93, "without_l2_ahead": 0.92}),
+    ]
+    lines, holds = bench.output_store_verdict({"cases": wins})
+    assert holds and lines[-1] == "verdict: as held"
+    assert lines[0] == "bf16 B=64: ours 1.010, through shared memory 0.990"
+    # without_l2_ahead is faster than ours at B = 64, but it is not the kernel ours replaces
+    loses = [
+        output_store_case(64, {"ours": 0.98, "through_shared": 0.99, "without_l2_ahead": 0.9}),
+        output_store_case(1, {"ours": 0.93, "without_l2_ahead": 0.93}),
+    ]
+    assert bench.output_store_verdict({"cases": loses}) == (
+        [
+            "bf16 B=64: ours 0.980, through shared memory 0.990",
+            "bf16 B=1: ours 0.930, through shared memory 0.930",
+            "geometric mean ours/through shared memory 0.9949, bits ours: True",
+            "verdict: through shared memory",
+        ],
+        False,
+    )
+    other_bits = [output_store_case(64, {"ours": 1.1, "through_shared": 0.9}, same=False)]
+    assert bench.output_store_verdict({"cases": other_bits})[1] is False
+    with pytest.raises(ValueError, match="no --output-store timings"):
+        bench.output_store_verdict({"cases": [{"state_dtype": "bfloat16", "batch": 1}]})
+
+
+def test_the_output_store_verdict_is_the_exit_status(tmp_path):
+    report = tmp_path / "output_store.json"
+    cases = [output_store_case(8, {"ours": 1.0, "without_l2_ahead": 0.95})]
+    report.write_text(json.dumps({"cases": cases}))
+    held = run("--output-store-verdict", str(report))
+    assert held.returncode == 0 and held.stdout.splitlines()[-1] == "verdict: as held"
+    cases[0]["output_store"]["speed_vs_vllm_device"]["ours"] = 0.9
+    report.write_text(json.dumps({"cases": cases}))
+    assert run("--output-store-verdict", str(report)).returncode == 1
