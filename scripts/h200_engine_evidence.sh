@@ -56,11 +56,10 @@
 #                 stored them as held (bench_decode.py --output-store: loads_ahead_kernel's
 #                 OUT_AS_HELD off and on, with and without the L2 request), against vLLM and
 #                 ours, alternating, with its bits compared with ours, B = 1024 down to 1 (alone
-#                 on the GPU); source
-#                 scripts/h200_layer_env.sh, no stage.sh
+#                 on the GPU); source scripts/h200_layer_env.sh, no stage.sh
 #   as-held       stage output-store with limit 150, then bench_decode.py --output-store-verdict
 #                 (ours, the outputs stored as held, against them through shared memory), and
-#                 stage kernels only where ours holds; one call: source
+#                 stage kernels only where it exits 0 (ours holds); one call: source
 #                 scripts/h200_layer_env.sh, no stage.sh
 #   counters      Nsight Compute's counters for vLLM's recurrent kernel and ours at B = 1, 4, 8
 #                 and 128 (profile_recurrent.py; alone on the GPU); source
@@ -105,12 +104,14 @@ job() {  # job NAME COMMAND...: run in the background, cut at $limit, log to $ou
   timeout "$limit" "$@" > "$out/$name.log" 2>&1 &
   pids+=($!)
 }
-now() {  # now NAME SECONDS COMMAND...: run in the foreground, cut at SECONDS
-  local name=$1 seconds=$2
+now() {  # now NAME SECONDS COMMAND...: run in the foreground, cut at SECONDS; its exit status
+  local name=$1 seconds=$2 status
   shift 2
   if [ -n "$dry" ]; then printf '%q ' "$@"; echo; return; fi
   timeout "$seconds" "$@" > "$out/$name.log" 2>&1
-  echo "job $name exit $?"
+  status=$?
+  echo "job $name exit $status"
+  return $status
 }
 kernel_checks() {  # kernel_checks SECONDS: the kernels' GPU matrix, then their 7-round bench
   now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \
@@ -194,9 +195,8 @@ case $stage in
     ;;
   as-held)
     output_store 150
-    now output_store_verdict 30 python scripts/bench_decode.py \
-      --output-store-verdict "$out/bench_decode_output_store.json"
-    if [ -n "$dry" ] || grep -qx "verdict: as held" "$out/output_store_verdict.log"; then
+    if now output_store_verdict 30 python scripts/bench_decode.py \
+      --output-store-verdict "$out/bench_decode_output_store.json"; then
       kernel_checks "$limit"
     fi
     ;;
