@@ -209,20 +209,23 @@ def store_as_held(pointer, value, mask):
     interpreter."""
     if ON_DEVICE:
         if value.dtype.primitive_bitwidth == 16:
-            ptx_store(pointer, value, mask, "st.global.b16", "=r,l,h,r")
+            bits = value.to(tl.int16, bitcast=True)
+            ptx_store(pointer, bits, mask, "st.global.b16", "=r,l,h,r")
         else:
-            ptx_store(pointer, value, mask, "st.global.b32", "=r,l,r,r")
+            bits = value.to(tl.int32, bitcast=True)
+            ptx_store(pointer, bits, mask, "st.global.b32", "=r,l,r,r")
     else:
         tl.store(pointer, value, mask=mask)
 
 
 @triton.jit
-def ptx_store(pointer, value, mask, STORE: tl.constexpr, CONSTRAINTS: tl.constexpr):
-    """``STORE [pointer], value`` where ``mask`` holds, per element, in inline PTX."""
+def ptx_store(pointer, bits, mask, STORE: tl.constexpr, CONSTRAINTS: tl.constexpr):
+    """``STORE [pointer], bits`` where ``mask`` holds, per element, in inline PTX. ``bits`` is
+    an integer tensor (Triton rejects a pointer beside a float among inline PTX operands)."""
     tl.inline_asm_elementwise(
         "{ .reg .pred p; setp.ne.u32 p, $3, 0; @p " + STORE + " [$1], $2; mov.u32 $0, 0; }",
         CONSTRAINTS,
-        [pointer, value, mask.to(tl.int32)],
+        [pointer, bits, mask.to(tl.int32)],
         dtype=tl.int32,
         is_pure=False,
         pack=1,
