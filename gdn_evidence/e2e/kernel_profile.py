@@ -3,7 +3,9 @@
 vLLM's torch profiler (``profiler_config={"profiler": "torch", ...}``, ``LLM.start_profile``
 and ``stop_profile``) writes Chrome traces; every device activity in them (``"cat"`` of
 ``kernel``, ``gpu_memcpy`` or ``gpu_memset``, CUDA-graph replays included) is summed by the
-category its name matches first in ``CATEGORIES``.
+category its name matches first in ``CATEGORIES``, with its launches counted; each of the top
+kernels also says how its launches split by launch grid (the trace's ``args.grid``), so that
+two runs' times per launch compare at the same shape.
 """
 
 from __future__ import annotations
@@ -61,10 +63,21 @@ def device_events(path: Path) -> Iterable[dict[str, Any]]:
             yield event
 
 
-def kernel_time_summary(paths: Iterable[Path], top: int = 12) -> dict[str, Any]:
-    """Device time by category over ``paths``: microseconds, shares, and the ``top`` kernels."""
+def grid_of(event: dict[str, Any]) -> tuple[int, ...] | None:
+    """The launch grid a device event's ``args`` give (None for copies, or where absent)."""
+    grid = (event.get("args") or {}).get("grid")
+    return tuple(grid) if isinstance(grid, list) else None
+
+
+def kernel_time_summary(paths: Iterable[Path], top: int = 12, top_grids: int = 4) -> dict[str, Any]:
+    """Device time by category over ``paths``: microseconds, launches, shares, and the ``top``
+    kernels, each with its launches and its ``top_grids`` grids by time (launches and
+    microseconds at each)."""
     by_category: dict[str, float] = {}
+    launches_by_category: dict[str, int] = {}
     by_name: dict[str, float] = {}
+    launches: dict[str, int] = {}
+    by_grid: dict[str, dict[tuple[int, ...] | None, list[float]]] = {}
     count = 0
     files = []
     for path in paths:
@@ -73,22 +86,42 @@ def kernel_time_summary(paths: Iterable[Path], top: int = 12) -> dict[str, Any]:
             us = float(event.get("dur", 0.0))
             name = event.get("name", "?")
             by_name[name] = by_name.get(name, 0.0) + us
+            launches[name] = launches.get(name, 0) + 1
+            cell = by_grid.setdefault(name, {}).setdefault(grid_of(event), [0, 0.0])
+            cell[0] += 1
+            cell[1] += us
             count += 1
     for name, us in by_name.items():  # one regex search per distinct kernel name
         label = category(name)
         by_category[label] = by_category.get(label, 0.0) + us
+        launches_by_category[label] = launches_by_category.get(label, 0) + launches[name]
     total = sum(by_category.values())
     ranked = sorted(by_name.items(), key=lambda item: -item[1])[:top]
+
+    def grids(name: str) -> list[dict[str, Any]]:
+        cells = sorted(by_grid[name].items(), key=lambda item: -item[1][1])[:top_grids]
+        return [
+            {"grid": list(grid) if grid else None, "launches": n, "us": round(us, 1)}
+            for grid, (n, us) in cells
+        ]
+
     return {
         "trace_files": files,
         "device_events": count,
         "device_us": round(total, 1),
         "categories_us": {k: round(v, 1) for k, v in sorted(by_category.items())},
+        "categories_launches": dict(sorted(launches_by_category.items())),
         "categories_share": {
             k: round(v / total, 4) for k, v in sorted(by_category.items()) if total
         },
         "top_kernels": [
-            {"name": name[:160], "category": category(name), "us": round(us, 1)}
+            {
+                "name": name[:160],
+                "category": category(name),
+                "us": round(us, 1),
+                "launches": launches[name],
+                "grids": grids(name),
+            }
             for name, us in ranked
         ],
     }

@@ -71,9 +71,60 @@ def test_only_complete_device_events_count_and_gzipped_traces_read(tmp_path):
         "moe": 40.0,
     }
     assert summary["categories_share"]["moe"] == 0.4
+    assert summary["categories_launches"] == {
+        "gdn_prefill": 1,
+        "gemm": 1,
+        "memcpy_memset": 1,
+        "moe": 2,
+    }
     assert summary["top_kernels"] == [
-        {"name": "fused_moe_kernel", "category": "moe", "us": 40.0},
-        {"name": "matmul_kernel_persistent", "category": "gemm", "us": 35.0},
+        {
+            "name": "fused_moe_kernel",
+            "category": "moe",
+            "us": 40.0,
+            "launches": 2,
+            "grids": [{"grid": None, "launches": 2, "us": 40.0}],
+        },
+        {
+            "name": "matmul_kernel_persistent",
+            "category": "gemm",
+            "us": 35.0,
+            "launches": 1,
+            "grids": [{"grid": None, "launches": 1, "us": 35.0}],
+        },
+    ]
+
+
+def test_a_kernels_launches_split_by_grid_largest_time_first(tmp_path):
+    events = [
+        ("recurrent_step_kernel", [16, 32, 1], 90.0),
+        ("recurrent_step_kernel", [16, 32, 1], 92.0),
+        ("recurrent_step_kernel", [2, 32, 1], 12.0),
+        ("recurrent_step_kernel", [1, 32, 1], 5.0),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": name,
+                        "dur": dur,
+                        "ts": i,
+                        "args": {"grid": grid, "block": [64, 1, 1]},
+                    }  # fmt: skip
+                    for i, (name, grid, dur) in enumerate(events)
+                ]
+            }
+        )
+    )
+    kernel = kernel_time_summary([path], top_grids=2)["top_kernels"][0]
+    assert kernel["launches"] == 4 and kernel["us"] == 199.0
+    assert kernel["grids"] == [
+        {"grid": [16, 32, 1], "launches": 2, "us": 182.0},
+        {"grid": [2, 32, 1], "launches": 1, "us": 12.0},
     ]
 
 
