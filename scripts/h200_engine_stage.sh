@@ -11,9 +11,10 @@
 #   call 3: bash scripts/h200_engine_stage.sh deps && source .device-engine/enter.sh && ...
 #           carry .device-engine/deps.tar.xz, .device-engine/sitecustomize.py and
 #           .device-engine/enter.sh
+# GDN_ENGINE_ROOT moves the target from enter.sh's /tmp/gdn-engine (the tests' own folder).
 set -euo pipefail
 engine=$PWD/.device-engine
-target=/tmp/gdn-engine
+target=${GDN_ENGINE_ROOT:-/tmp/gdn-engine}
 if [ ! -f $target/_C_stable_libtorch.abi3.so ]; then
   echo "no $target/_C_stable_libtorch.abi3.so: run .device-engine-so/stage.sh first" >&2
   exit 1
