@@ -24,6 +24,10 @@
 #   golden-profile mode golden against mode route by device time: one short timed round, then
 #                 3 profiled decode runs per arm, arms alternating (each round's device-time
 #                 ratio and their spread, which the host's noise does not move)
+#   engine-decode the recurrent step on the engine's own tensors (engine_decode_layout.py,
+#                 mode golden's launch, then vLLM's own call in mode route; 160 s each), then
+#                 stage golden-profile cut at the limit (the profile counts each decode
+#                 kernel's launches by grid): one call of about 500 s with limit 270
 #   golden-deep   golden-bench's decode workload (512 new tokens, 7 rounds, then 3 profiled
 #                 runs per arm) with a deeper bench model: DEEP_LAYERS layers (default 24, a
 #                 multiple of 4) and max_num_seqs DEEP_MAX_NUM_SEQS (default 256, above the
@@ -107,6 +111,11 @@ now() {  # now NAME SECONDS COMMAND...: run in the foreground, cut at SECONDS
   timeout "$seconds" "$@" > "$out/$name.log" 2>&1
   echo "job $name exit $?"
 }
+golden_profile() {  # mode golden against mode route by device time, cut at $limit
+  now bench_engine_golden_profile "$limit" python scripts/bench_engine.py --arms route,golden \
+    --workloads decode --decode-new-tokens 256 --rounds 1 --start-timeout 300 --pin-cpus \
+    --profile decode --profile-rounds 3 --out "$out/bench_engine_golden_profile.json"
+}
 case $stage in
   eager)
     for model in $models; do
@@ -135,9 +144,14 @@ case $stage in
       --pin-cpus --profile decode --out "$out/bench_engine_golden.json"
     ;;
   golden-profile)
-    job bench_engine_golden_profile python scripts/bench_engine.py --arms route,golden \
-      --workloads decode --decode-new-tokens 256 --rounds 1 --start-timeout 300 --pin-cpus \
-      --profile decode --profile-rounds 3 --out "$out/bench_engine_golden_profile.json"
+    golden_profile
+    ;;
+  engine-decode)
+    now engine_decode_layout 160 python scripts/engine_decode_layout.py \
+      --out "$out/engine_decode_layout.json"
+    now engine_decode_layout_route 160 python scripts/engine_decode_layout.py --mode route \
+      --out "$out/engine_decode_layout_route.json"
+    golden_profile
     ;;
   golden-deep)
     job bench_engine_golden_deep python scripts/bench_engine.py --arms route,golden \
@@ -242,7 +256,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, output-store, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, output-store, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac
