@@ -4,8 +4,10 @@ resolve a module's annotations through ``sys.modules``)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -22,3 +24,13 @@ def load_script(path: Path, name: str) -> ModuleType:
     finally:
         sys.path.remove(str(path.parent))
     return module
+
+
+@contextlib.contextmanager
+def loaded_script(path: Path, name: str) -> Iterator[ModuleType]:
+    """``load_script`` for the length of a ``with`` block (a module fixture's body)."""
+    module = load_script(path, name)
+    try:
+        yield module
+    finally:
+        del sys.modules[name]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ..script_modules import load_script
+from ..script_modules import loaded_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "bench_decode.py"
@@ -30,10 +30,8 @@ FIELDS = (
 @pytest.fixture(scope="module")
 def bench():
     """scripts/bench_decode.py as a module (scripts/ on sys.path for its ``checkout`` import)."""
-    name = "bench_decode_under_test"
-    module = load_script(SCRIPT, name)
-    yield module
-    del sys.modules[name]
+    with loaded_script(SCRIPT, "bench_decode_under_test") as module:
+        yield module
 
 
 def run(*arguments: str, env: dict | None = None) -> subprocess.CompletedProcess:

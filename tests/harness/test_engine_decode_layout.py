@@ -4,23 +4,20 @@ starts."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from ..script_modules import load_script
+from ..script_modules import loaded_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "engine_decode_layout.py"
 
 
 @pytest.fixture(scope="module")
 def layout_script():
-    name = "engine_decode_layout_under_test"
-    module = load_script(SCRIPT, name)
-    yield module
-    del sys.modules[name]
+    with loaded_script(SCRIPT, "engine_decode_layout_under_test") as module:
+        yield module
 
 
 def test_every_fourth_block_is_increasing_without_unit_gaps(layout_script):

@@ -3,22 +3,19 @@ each kernel's metrics as medians over its launches, kernels told apart by name."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..script_modules import load_script
+from ..script_modules import loaded_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "profile_recurrent.py"
 
 
 @pytest.fixture(scope="module")
 def profile():
-    name = "profile_recurrent_under_test"
-    module = load_script(SCRIPT, name)
-    yield module
-    del sys.modules[name]
+    with loaded_script(SCRIPT, "profile_recurrent_under_test") as module:
+        yield module
 
 
 def fake_csv(profile, times_by_case: list[dict[str, list[float]]]) -> str:
