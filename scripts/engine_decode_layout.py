@@ -2,15 +2,18 @@
 engine, its layouts, and vLLM's packed decode and ours timed on them (GPU).
 
     python scripts/engine_decode_layout.py --out engine_decode_layout.json [--batch 128]
+        [--mode golden|route]
 
 The engine (the bench model of ``scripts/bench_engine.py``, dummy weights, eager, its core in
-this script's child process, the plugin in mode golden) serves the decode workload's prompts
-(DECODE_PROMPTS of 64 words, a few new tokens each). The decode step's recurrent launch
-(``kernels.serving.launch_into``) is wrapped: the first one with ``--batch`` rows keeps the
-layer's state pool (vLLM's ``ssm_state``, a view of the engine's KV cache) and copies of its
-other inputs. After the generation the child times, by device time (profiler, the mean of
-``kernel_time``'s calls, rounds alternating), vLLM's packed decode and ours
-(``kernels.recurrent.launch_into`` at the launch shape the engine used) on:
+this script's child process, the plugin in ``--mode``) serves the decode workload's prompts
+(DECODE_PROMPTS of 64 words, a few new tokens each). In mode golden the decode step's recurrent
+launch (``kernels.serving.launch_into``) is wrapped: the first one with ``--batch`` rows keeps
+the layer's state pool (vLLM's ``ssm_state``, a view of the engine's KV cache) and copies of its
+other inputs. In mode route vLLM's own ``fused_recurrent_gated_delta_rule_packed_decode`` call is
+wrapped instead and its tensors are kept as the views vLLM passed (ours' launch shape is the one
+mode golden would pick for them). After the generation the child times, by device time
+(profiler, the mean of ``kernel_time``'s calls, rounds alternating), vLLM's packed decode and
+ours (``kernels.recurrent.launch_into`` at that launch shape) on:
 
 * ``engine``: the state pool and indices as the engine had them;
 * ``engine_sorted``: the pool, the indices in increasing order;
