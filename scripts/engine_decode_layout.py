@@ -1,5 +1,5 @@
-"""The recurrent step on the engine's own tensors: mode golden's decode launch in vLLM's real
-engine, its layouts, and vLLM's packed decode and ours timed on them (GPU).
+"""The recurrent step on the engine's own tensors: a decode launch kept from vLLM's real engine,
+its layouts, and vLLM's packed decode and ours timed on them (GPU).
 
     python scripts/engine_decode_layout.py --out engine_decode_layout.json [--batch 128]
         [--mode golden|route]
