@@ -75,22 +75,19 @@ def kernel_time_summary(paths: Iterable[Path], top: int = 12, top_grids: int = 4
     microseconds at each)."""
     by_category: dict[str, float] = {}
     launches_by_category: dict[str, int] = {}
-    by_name: dict[str, float] = {}
-    launches: dict[str, int] = {}
-    by_grid: dict[str, dict[tuple[int, ...] | None, list[float]]] = {}
+    by_grid: dict[str, dict[tuple[int, ...] | None, list[float]]] = {}  # name: grid: [n, us]
     count = 0
     files = []
     for path in paths:
         files.append(path.name)
         for event in device_events(path):
-            us = float(event.get("dur", 0.0))
             name = event.get("name", "?")
-            by_name[name] = by_name.get(name, 0.0) + us
-            launches[name] = launches.get(name, 0) + 1
             cell = by_grid.setdefault(name, {}).setdefault(grid_of(event), [0, 0.0])
             cell[0] += 1
-            cell[1] += us
+            cell[1] += float(event.get("dur", 0.0))
             count += 1
+    by_name = {name: sum(us for _, us in grids.values()) for name, grids in by_grid.items()}
+    launches = {name: sum(n for n, _ in grids.values()) for name, grids in by_grid.items()}
     for name, us in by_name.items():  # one regex search per distinct kernel name
         label = category(name)
         by_category[label] = by_category.get(label, 0.0) + us
