@@ -120,7 +120,6 @@ from gdn_evidence.harness.pipelined_kernel import SHAPES as PIPELINED_SHAPES
 from gdn_evidence.harness.prefetch_kernel import prefetch_two_kernel
 from gdn_evidence.harness.profiling import Between, between, kernel_time
 from gdn_evidence.harness.provenance import provenance
-from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from gdn_evidence.harness.what_if_kernel import launch_grouped
 from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.kernels import conv as conv_kernel
@@ -641,9 +640,6 @@ def l2_ahead(blocks: int, out_as_held: bool = False) -> dict:
     return {"AHEAD": blocks, "EARLY_LOADS": False, "OUT_AS_HELD": out_as_held}
 
 
-# ours without its request for the state into L2 (loads_ahead_kernel with AHEAD 0), in two sets
-WITHOUT_L2_AHEAD = (None, l2_ahead(0), loads_ahead_kernel)
-
 # Sets of variants of our recurrent kernel, name: (launch-shape fields replaced or None, compile
 # options, kernel or None for ours).
 VARIANTS = {
@@ -668,12 +664,12 @@ VARIANTS = {
     # (harness/loads_ahead_kernel.py), at the default shape.
     "early_loads": {"early_loads": (None, EARLY_LOADS, loads_ahead_kernel)},
     # The state asked into L2 ahead of its loads (harness/loads_ahead_kernel.py): a program's
-    # whole range first, or 2 blocks ahead in the loop (also with the early loads), and ours
-    # without its own request one block ahead; at the default shape and at one warp of 8 value
-    # rows taking 8 or 16 blocks in turn (with ours).
+    # whole range first, or 1 block ahead in the loop (344febd's package kernel) or 2 (also with
+    # the early loads); at the default shape and at one warp of 8 value rows taking 8 or 16
+    # blocks in turn (with ours).
     "l2_prefetch": {
         "l2_prefetch": (None, {}, l2_prefetch_kernel),
-        "without_l2_ahead": WITHOUT_L2_AHEAD,
+        "l2_ahead_1": (None, l2_ahead(1), loads_ahead_kernel),
         "l2_ahead_2": (None, l2_ahead(2), loads_ahead_kernel),
         "early_l2_ahead_2": (None, l2_ahead(2) | {"EARLY_LOADS": True}, loads_ahead_kernel),
         "w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, None),
@@ -683,17 +679,11 @@ VARIANTS = {
         "l2_ahead_2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, l2_ahead(2), loads_ahead_kernel),
     },
     # Each block's outputs stored from the K-sum's layout (harness/loads_ahead_kernel.py's
-    # OUT_AS_HELD) instead of through shared memory: ours with that store where a program
-    # takes several blocks, and at every shape the kernel without the L2 request, without
-    # and with it (with one block per program, ours has no request).
+    # OUT_AS_HELD) instead of through shared memory: ours with that store, at every shape, and
+    # with it the L2 request one block ahead where a program takes several blocks.
     "output_store": {
-        "out_as_held": (None, l2_ahead(1, out_as_held=True), loads_ahead_kernel),
-        "without_l2_ahead": WITHOUT_L2_AHEAD,
-        "out_as_held_without_l2_ahead": (
-            None,
-            l2_ahead(0, out_as_held=True),
-            loads_ahead_kernel,
-        ),
+        "out_as_held": (None, l2_ahead(0, out_as_held=True), loads_ahead_kernel),
+        "out_as_held_l2_ahead_1": (None, l2_ahead(1, out_as_held=True), loads_ahead_kernel),
     },
     # The loop over blocks software-pipelined by Triton (harness/pipelined_kernel.py: the next
     # blocks' state in flight as asynchronous copies into shared memory), with ours at the
@@ -721,8 +711,6 @@ def launch_variant(
     grid, arguments, constexprs = recurrent_kernel.kernel_arguments(
         *gates, out, state, indices, dims, config
     )
-    if kernel is not None:
-        constexprs = what_if_constexprs(constexprs)
     (kernel or recurrent_kernel.recurrent_step_kernel)[grid](
         *arguments,
         **constexprs,

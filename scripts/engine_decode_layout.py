@@ -23,8 +23,8 @@ ours (``kernels.recurrent.launch_into`` at that launch shape) on:
 Both kernels of an arm take the same inputs, each on its own state (the arm's pool for vLLM's,
 a copy for ours where the pool is compact; in the engine's pool each writes the blocks in
 place, which only their values, not their speed, depend on). The JSON holds the layouts (shape,
-strides, alignment, whether ours asks the state into L2 ahead), the indices' spread and each
-arm's times and ratio vLLM/ours.
+strides, alignment, whether a request into L2 ahead could be issued for it: ``l2_ahead``), the
+indices' spread and each arm's times and ratio vLLM/ours.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from gdn_evidence.e2e.bench import DECODE_PROMPTS, bench_model
 from gdn_evidence.e2e.engine_options import ATTENTION_BACKEND, PREFILL_BACKEND, engine_options
 from gdn_evidence.e2e.engine_process import in_process_engine_env
 from gdn_evidence.e2e.plugin_site import plugin_site
+from gdn_evidence.harness.loads_ahead_kernel import device_capability, l2_ahead
 from gdn_evidence.harness.provenance import provenance
 from gdn_evidence.harness.scratch import scratch_folder
 from vllm_gdn_invariant.models.tiny import words, write_tiny_model
@@ -159,7 +160,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     pool, indices, dims, config = kept["state"], kept["state_indices"], kept["dims"], kept["config"]
     gates = kept["tensors"]
     batch = dims.batch
-    capability = recurrent_kernel.device_capability(pool.device)
+    capability = device_capability(pool.device)
     compact = torch.zeros((batch + 1, *pool.shape[1:]), dtype=pool.dtype, device=pool.device)
     compact[1:] = pool[indices.long()]
     inputs = {
@@ -204,7 +205,7 @@ def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
         "layouts": {
             arm: {
                 **layout(state),
-                "l2_ahead": recurrent_kernel.l2_ahead(state, config, capability),
+                "l2_ahead": l2_ahead(state, config, capability),
             }
             for arm, (state, _) in inputs.items()
             if arm != "engine_sorted"

@@ -28,10 +28,6 @@
 #                 mode golden's launch, then vLLM's own call in mode route; 160 s each), then
 #                 stage golden-profile cut at the limit (the profile counts each decode
 #                 kernel's launches by grid): one call of about 500 s with limit 270
-#   l2-ahead-engine  golden-profile with a third arm, mode golden with the recurrent kernel
-#                 bound without its bulk L2 prefetch (the evidence plugin
-#                 gdn_invariant_without_l2_ahead beside the plugin): what the prefetch does in
-#                 the engine, by device time (unpinned: three engines; one call of about 400 s)
 #   golden-deep   golden-bench's decode workload (512 new tokens, 7 rounds, then 3 profiled
 #                 runs per arm) with a deeper bench model: DEEP_LAYERS layers (default 24, a
 #                 multiple of 4) and max_num_seqs DEEP_MAX_NUM_SEQS (default 256, above the
@@ -157,12 +153,6 @@ case $stage in
       --out "$out/engine_decode_layout_route.json"
     golden_profile
     ;;
-  l2-ahead-engine)
-    now bench_engine_l2_ahead_profile "$limit" python scripts/bench_engine.py \
-      --arms route,golden,golden_without_l2_ahead --workloads decode --decode-new-tokens 256 \
-      --rounds 1 --start-timeout 400 --profile decode --profile-rounds 3 \
-      --out "$out/bench_engine_l2_ahead_profile.json"
-    ;;
   golden-deep)
     job bench_engine_golden_deep python scripts/bench_engine.py --arms route,golden \
       --workloads decode --decode-new-tokens 512 --rounds 7 --start-timeout 400 --pin-cpus \
@@ -266,7 +256,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, l2-ahead-engine, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, output-store, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, output-store, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac

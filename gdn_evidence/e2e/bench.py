@@ -79,12 +79,7 @@ from typing import Any
 from gdn_evidence.e2e.determinism import root_cause
 from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
 from gdn_evidence.e2e.kernel_profile import compare_to, kernel_time_summary
-from gdn_evidence.e2e.plugin_site import (
-    CONTROL_WITHOUT_L2_AHEAD,
-    PLUGIN,
-    engine_env,
-    plugin_site,
-)
+from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
 from gdn_evidence.e2e.ranks import CPU_BINDING_ENV, check_tensor_parallel
 from gdn_evidence.harness import provenance
 from gdn_evidence.harness.scratch import scratch_folder
@@ -103,11 +98,6 @@ ARMS = {
     "route": {"plugins": [PLUGIN], "batch_invariant": False},
     "bi": {"plugins": [PLUGIN], "batch_invariant": True},
     "golden": {"plugins": [PLUGIN], "batch_invariant": False, "mode": "golden"},
-    "golden_without_l2_ahead": {
-        "plugins": [PLUGIN, CONTROL_WITHOUT_L2_AHEAD],
-        "batch_invariant": False,
-        "mode": "golden",
-    },
 }
 WORKLOADS = ("throughput", "prefill", "itl", "decode")
 DEFAULT_WORKLOADS = ("throughput", "prefill", "itl")
@@ -527,7 +517,6 @@ BASES = {
     "route": ("vllm", arm_ratios),
     "bi": ("vllm", arm_ratios),
     "golden": ("route", golden_ratios),
-    "golden_without_l2_ahead": ("route", golden_ratios),
 }
 
 

@@ -9,9 +9,6 @@ fingerprint guard, all or nothing, and logs one line like the plugin.
   ``causal_conv1d_fn`` + ``fused_sigmoid_gating_delta_rule_update``, and the same rows in a
   decode-only step through ``causal_conv1d_update`` + the packed decode kernel, so a request's
   bits depend on what shares its steps: the end-to-end comparison must see a difference.
-* :func:`register_without_l2_ahead` (beside the plugin): the recurrent kernel bound without its
-  bulk L2 prefetch (``kernels.recurrent.l2_ahead`` answers False), an A/B arm of the engine
-  bench; the prefetch changes the speed, never the bits.
 """
 
 from __future__ import annotations
@@ -19,14 +16,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 
-from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 from vllm_gdn_invariant.patches import apply_all, batch_invariance_patches, describe
 from vllm_gdn_invariant.plugin.entry import LOGGER_NAME
 from vllm_gdn_invariant.plugin.versions import check_targets, guarded_targets, installed_release
 from vllm_gdn_invariant.plugin.vllm_env import BATCH_INVARIANT
 
 _done = False
-_l2_ahead_off = False
 
 
 def register_without_routing() -> None:
@@ -53,26 +48,4 @@ def register_without_routing() -> None:
         "gdn_invariant control without routing: patched %s %s",
         describe(patches) or "nothing (VLLM_BATCH_INVARIANT unset)",
         where,
-    )
-
-
-def never_l2_ahead(*args, **kwargs) -> bool:
-    """``kernels.recurrent.l2_ahead`` of the control: no bulk L2 prefetch anywhere."""
-    return False
-
-
-def register_without_l2_ahead() -> None:
-    """Bind the recurrent kernel without L2_AHEAD in this process (an engine bench arm)."""
-    global _l2_ahead_off
-    if _l2_ahead_off:
-        return
-    _l2_ahead_off = True
-    from vllm.logger import init_logger
-
-    recurrent_kernel.l2_ahead = never_l2_ahead
-    init_logger(LOGGER_NAME).info(
-        "gdn_invariant control without l2_ahead: recurrent_step_kernel binds L2_AHEAD=False "
-        "[pid %d %s]",
-        os.getpid(),
-        multiprocessing.current_process().name,
     )

@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DIST_NAME = "vllm_gdn_invariant_e2e_plugins"
 PLUGIN = "gdn_invariant"
 CONTROL_WITHOUT_ROUTING = "gdn_invariant_without_routing"
-CONTROL_WITHOUT_L2_AHEAD = "gdn_invariant_without_l2_ahead"
 # NVLink multicast off in every engine process: on a shared host of several GPUs, a program
 # that uses it can put the GPUs out of service for others (the GPU machine's README).
 MULTICAST_OFF = {
@@ -38,7 +37,6 @@ MULTICAST_OFF = {
 ENTRY_POINTS = {
     PLUGIN: "vllm_gdn_invariant.plugin.entry:register",
     CONTROL_WITHOUT_ROUTING: "gdn_evidence.e2e.controls:register_without_routing",
-    CONTROL_WITHOUT_L2_AHEAD: "gdn_evidence.e2e.controls:register_without_l2_ahead",
 }
 
 

@@ -13,41 +13,100 @@ then comes before the state's first operation, the decay. And ours loads a progr
 of value rows only after most of the current block's arithmetic (ptxas's choice, docs/kernels.md
 "Register budgets"), where holding it earlier in registers cost more occupancy than it won.
 
-* ``loads_ahead_kernel``: ours without L2_AHEAD, with EARLY_LOADS every load that does not
-  depend on the state's block issued first, the state's as soon as the index is in, and the
-  gates and the norms computed while the state is on its way; with AHEAD > 0, blocks 1 .. AHEAD
-  of the program asked into L2 before the loop and block i + 1 + AHEAD at the top of iteration
-  i (AHEAD = 1 without early loads is ours with L2_AHEAD). It takes every launch shape ours
-  takes.
+* ``loads_ahead_kernel``: ours, with EARLY_LOADS every load that does not depend on the
+  state's block issued first, the state's as soon as the index is in, and the gates and the
+  norms computed while the state is on its way; with AHEAD > 0, blocks 1 .. AHEAD of the program
+  asked into L2 before the loop and block i + 1 + AHEAD at the top of iteration i (AHEAD = 1
+  without early loads, where ``l2_ahead`` holds, is 344febd's package kernel). It takes every
+  launch shape ours takes.
   With OUT_AS_HELD each block's outputs are stored from the layout the K-sum leaves them in
   (``store_as_held``), not converted into a store layout through shared memory between two
   barriers, as ours does.
 * ``l2_prefetch_kernel``: all the state rows the program takes asked into L2 at once, then
-  ``recurrent_step_kernel`` itself, called with the same arguments and L2_AHEAD off.
+  ``recurrent_step_kernel`` itself, called with the same arguments.
 
-The request into L2 is ours' ``prefetch_rows`` (``kernels.recurrent``): one bulk prefetch of a
-range of state rows, issued by the program's first thread. It needs sm_90 or later and a state
-whose rows are K contiguous elements, 16-byte aligned (the bench's); under Triton's interpreter
-it is skipped. The kernels take ``what_if_arguments.what_if_constexprs`` of ours' arguments.
+The request into L2 is ``prefetch_rows``: one bulk prefetch of a range of state rows, issued by
+the program's first thread. It needs sm_90 or later and a state whose rows are K contiguous
+elements, 16-byte aligned (``l2_ahead``'s rule); under Triton's interpreter it is skipped. In
+vLLM 0.26.0's engine the request made the package's kernel slower (docs/kernels.md, "The L2
+request in the engine"), so the package does not ask.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
-from vllm_gdn_invariant.kernels.elementary import round_to, to_fp32
+from vllm_gdn_invariant.kernels.elementary import INTERPRETED, round_to, to_fp32
 from vllm_gdn_invariant.kernels.recurrent import (
-    ON_DEVICE,
+    RecurrentConfig,
     delta_rule,
     gates,
     load_state_block,
     load_vector,
-    prefetch_rows,
     qk_slabs,
     recurrent_step_kernel,
     store_state_block,
 )
+
+ON_DEVICE = tl.constexpr(not INTERPRETED)
+L2_PREFETCH_CAPABILITY = 90  # cp.async.bulk.prefetch.L2 needs sm_90 or later
+L2_PREFETCH_ALIGNMENT = 16  # bytes: the bulk prefetch's address and size unit
+
+
+@triton.jit
+def prefetch_into_l2(address, nbytes):
+    """Ask the ``nbytes`` (a multiple of 16) from ``address`` (16-byte aligned) into L2: one bulk
+    prefetch (``cp.async.bulk.prefetch.L2.global``, SASS ``UBLKPF.L2``), issued by thread 0 of
+    the program; it holds no register and changes no value. Skipped under the interpreter."""
+    if ON_DEVICE:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred first; .reg .b32 thread; mov.u32 thread, %tid.x; "
+            "setp.eq.u32 first, thread, 0; "
+            "@first cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r",
+            [address + tl.zeros([1], tl.int32), nbytes + tl.zeros([1], tl.int32)],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+
+@triton.jit
+def prefetch_rows(p_head, first_row, rows, V: tl.constexpr, K: tl.constexpr, stride_v):
+    """``prefetch_into_l2`` of state rows first_row .. first_row + rows - 1 of a head (those
+    below V) from ``p_head``, the head's row 0: the whole 16-byte units of that range."""
+    item_bytes: tl.constexpr = p_head.dtype.element_ty.primitive_bitwidth // 8
+    rows = tl.minimum(rows, V - first_row)
+    if rows > 0:
+        nbytes = (rows - 1) * stride_v * item_bytes + K * item_bytes
+        prefetch_into_l2(p_head + first_row * stride_v, (nbytes // 16 * 16).to(tl.int32))
+
+
+def l2_ahead(
+    state: torch.Tensor, config: RecurrentConfig, capability: int, interpreted: bool = INTERPRETED
+) -> bool:
+    """Whether a request into L2 ahead of the loads can be issued for ``state`` at ``config``
+    (344febd's package rule): a program of two or more blocks, sm_90 or later, compiled, the
+    state's rows contiguous and its base and every stride 16-byte aligned."""
+    item = state.element_size()
+    return (
+        config.chunks >= 2
+        and capability >= L2_PREFETCH_CAPABILITY
+        and not interpreted
+        and state.stride(-1) == 1
+        and state.data_ptr() % L2_PREFETCH_ALIGNMENT == 0
+        and all(stride * item % L2_PREFETCH_ALIGNMENT == 0 for stride in state.stride()[:-1])
+    )
+
+
+def device_capability(device: torch.device) -> int:
+    """``major * 10 + minor`` of a CUDA device; 0 for any other."""
+    if device.type != "cuda":
+        return 0
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
 
 
 @triton.jit
@@ -190,7 +249,6 @@ def l2_prefetch_kernel(
         LOG2_CL,
         LOG2_VEC,
         USE_QK_L2NORM,
-        False,  # L2_AHEAD: the program's whole range is asked for above
     )
 
 

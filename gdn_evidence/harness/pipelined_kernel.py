@@ -24,7 +24,6 @@ import torch
 import triton
 import triton.language as tl
 
-from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels.elementary import round_to, to_fp32
 from vllm_gdn_invariant.kernels.recurrent import (
@@ -194,7 +193,7 @@ def compile_pipelined(
     return codegen.compile_kernel(
         pipelined_kernel,
         arguments,
-        what_if_constexprs(constexprs) | {"STAGES": stages},
+        constexprs | {"STAGES": stages},
         config.num_warps,
         capability,
         False,

@@ -17,7 +17,6 @@ from gdn_evidence.e2e import bench, determinism, ranks
 from gdn_evidence.e2e.determinism import Completion, cases_for, compare, root_cause
 from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options, llm_kwargs
 from gdn_evidence.e2e.plugin_site import (
-    CONTROL_WITHOUT_L2_AHEAD,
     CONTROL_WITHOUT_ROUTING,
     PLUGIN,
     engine_env,
@@ -219,46 +218,6 @@ def test_vllms_plugin_loader_finds_the_plugin_site(tmp_path):
     )
     loaded = [line for line in proc.stdout.splitlines() if line.startswith("LOADED")]
     assert loaded == [f"LOADED {[CONTROL_WITHOUT_ROUTING]}"], proc.stdout + proc.stderr[-2000:]
-
-
-# In a process that loads the plugins of its list: l2_ahead's answer for a state the rule
-# prefetches (sm_90, two blocks a program, compiled, contiguous rows, aligned).
-L2_AHEAD_AFTER_LOADING = (
-    "import torch; "
-    "from vllm.plugins import DEFAULT_PLUGINS_GROUP, load_plugins_by_group; "
-    "from vllm_gdn_invariant.kernels import recurrent; "
-    "[f() for f in load_plugins_by_group(DEFAULT_PLUGINS_GROUP).values()]; "
-    "config = recurrent.RecurrentConfig(16, 2, 2, 3, 2, 2); "
-    "state = torch.zeros(3, 4, 128, 128, dtype=torch.bfloat16); "
-    "print('L2_AHEAD', recurrent.l2_ahead(state, config, 90, interpreted=False))"
-)
-
-
-@pytest.mark.parametrize(
-    "plugins, expected",
-    [([CONTROL_WITHOUT_L2_AHEAD], "False"), ([], "True")],
-    ids=["control-loaded", "control-absent"],
-)
-def test_the_l2_ahead_control_binds_the_recurrent_kernel_without_the_prefetch(
-    tmp_path, plugins, expected
-):
-    env = engine_env(os.environ, plugins, plugin_site(tmp_path / "site"))
-    proc = subprocess.run(
-        [sys.executable, "-c", L2_AHEAD_AFTER_LOADING],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    answer = [line for line in proc.stdout.splitlines() if line.startswith("L2_AHEAD")]
-    assert answer == [f"L2_AHEAD {expected}"], proc.stdout + proc.stderr[-2000:]
-
-
-def test_the_engine_bench_compares_the_l2_ahead_control_with_mode_route():
-    arm = bench.ARMS["golden_without_l2_ahead"]
-    assert arm["plugins"] == [PLUGIN, CONTROL_WITHOUT_L2_AHEAD] and arm["mode"] == "golden"
-    assert bench.BASES["golden_without_l2_ahead"][0] == "route"
 
 
 def test_no_plugin_loads_with_an_empty_plugin_list(tmp_path):

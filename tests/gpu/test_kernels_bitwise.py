@@ -21,12 +21,7 @@ from vllm_gdn_invariant.golden import conv_update as golden_conv_update
 from vllm_gdn_invariant.golden import recurrent_step as golden_recurrent_step
 from vllm_gdn_invariant.kernels import codegen, conv_update, recurrent_step
 from vllm_gdn_invariant.kernels.conv import conv_config, launch_conv
-from vllm_gdn_invariant.kernels.recurrent import (
-    device_capability,
-    l2_ahead,
-    launch_recurrent,
-    recurrent_config,
-)
+from vllm_gdn_invariant.kernels.recurrent import launch_recurrent, recurrent_config
 from vllm_gdn_invariant.kernels.validation import check_conv_args, check_recurrent_args
 from vllm_gdn_invariant.shadow.bits import differ, same_bits
 
@@ -220,33 +215,6 @@ def test_conv_launch_shapes_of_the_sweep_give_the_goldens_bits(dim_first):
             torch.cuda.synchronize()
             assert same_bits(out, golden_out), f"{cache_dtype} {config}: out"
             assert same_bits(state, golden_state), f"{cache_dtype} {config}: state"
-
-
-def copy_with_rows_padded(state: torch.Tensor, pad: int) -> torch.Tensor:
-    """A copy of ``state`` [..., K] whose rows lie K + ``pad`` elements apart."""
-    buffer = torch.zeros(*state.shape[:-1], state.shape[-1] + pad, dtype=state.dtype, device="cuda")
-    buffer[..., : state.shape[-1]] = state
-    return buffer[..., : state.shape[-1]]
-
-
-@pytest.mark.parametrize("pad", [0, 4], ids=["aligned", "rows_8_bytes_off"])
-def test_the_l2_prefetch_runs_where_its_rule_says_with_the_goldens_bits(pad):
-    """bf16 at B = 64 (programs of 8 blocks): the kernel asks blocks into L2 ahead on sm_90+
-    with aligned rows, not with rows 8 bytes longer than K; the goldens' bits either way."""
-    args, kwargs = recurrent_inputs(64, 16, 32, 128, 128, torch.bfloat16, seed=11)
-    args = (*args[:5], copy_with_rows_padded(args[5], pad), args[6])
-    golden_out, golden_state = golden_recurrent_step(*args, **kwargs)
-    checked = check_recurrent_args(*args, **kwargs, interpreted=False)
-    config = recurrent_config(checked, torch.bfloat16)
-    capability = device_capability(args[5].device)
-    expected = l2_ahead(args[5], config, capability)
-    assert expected is (pad == 0 and capability >= 90)
-    state = copy_with_rows_padded(args[5], pad)
-    out, compiled = launch_recurrent(*args[:5], state, args[6], checked, config)
-    torch.cuda.synchronize()
-    assert compiled.asm["ptx"].count("cp.async.bulk.prefetch.L2.global") == 2 * expected
-    assert same_bits(out, golden_out), "out"
-    assert same_bits(state, golden_state), "state"
 
 
 @pytest.mark.parametrize("state", list(STATE_DTYPES))

@@ -109,7 +109,6 @@ def test_prefetch_kernels_run_where_they_take_whole_blocks_with_ours_bits(tmp_pa
         assert prefetch["same_bits"] == {"w1c16": True, "prefetch_two_w1c16": True}
         l2 = case["l2_prefetch"]
         shapes = {"w1c8", "l2_prefetch_w1c8", "w1c16", "l2_prefetch_w1c16", "l2_ahead_2_w1c16"}
-        shapes |= {"without_l2_ahead"}  # ours without its request into L2 takes every shape
         assert set(l2["configs"]) == shapes and l2["configs"]["l2_prefetch_w1c16"]["chunks"] == 2
         assert l2["same_bits"] == dict.fromkeys(shapes, True)
         early = case["early_loads"]  # every shape ours takes: here one block per program

@@ -1,7 +1,7 @@
 """The what-if kernels that issue the recurrent step's loads earlier: the goldens' bits in Triton's
 interpreter (inactive rows, a partial last block), and, compiled for sm_90 without a GPU,
-gdn_evidence/harness/loads_ahead_kernel.py's kernels are ours with other bulk L2 prefetches (ours
-asks one block ahead), with every global load before the first barrier (ours' has not) or with
+gdn_evidence/harness/loads_ahead_kernel.py's kernels are ours with bulk L2 prefetches (ours asks
+for nothing), with every global load before the first barrier (ours' has not) or with
 the outputs stored as held (two barriers fewer than ours); all keep the goldens' no-FMA rule and
 ours' registers or fewer. Kernels whose store as held is wrong fail the interpreter's check."""
 
@@ -15,7 +15,6 @@ import torch
 
 from gdn_evidence.harness.launch_shapes import qwen3_next_dims
 from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
-from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from vllm_gdn_invariant.kernels import codegen
 from vllm_gdn_invariant.kernels import recurrent as recurrent_kernel
 
@@ -31,13 +30,18 @@ AS_HELD = {"OUT_AS_HELD": True}
 # prefetches in its code: one before ours (the program's whole range), or one before the loop and
 # one at the top of each iteration
 KERNELS = {
-    "ours": (recurrent_kernel.recurrent_step_kernel, {}, 2),
+    "ours": (recurrent_kernel.recurrent_step_kernel, {}, 0),
     "l2_prefetch": (l2_prefetch_kernel, {}, 1),
+    "l2_ahead_1": (loads_ahead_kernel, {"AHEAD": 1, "EARLY_LOADS": False, **THROUGH}, 2),
     "without_l2_ahead": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": False, **THROUGH}, 0),
     "l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": False, **THROUGH}, 2),
     "early_l2_ahead_2": (loads_ahead_kernel, {"AHEAD": 2, "EARLY_LOADS": True, **THROUGH}, 2),
     "early_loads": (loads_ahead_kernel, {"AHEAD": 0, "EARLY_LOADS": True, **THROUGH}, 0),
-    "out_as_held": (loads_ahead_kernel, {"AHEAD": 1, "EARLY_LOADS": False, **AS_HELD}, 2),
+    "out_as_held_l2_ahead_1": (
+        loads_ahead_kernel,
+        {"AHEAD": 1, "EARLY_LOADS": False, **AS_HELD},
+        2,
+    ),
 }
 
 
@@ -47,8 +51,6 @@ def as_module(kernel, constexprs: dict) -> SimpleNamespace:
 
     def kernel_arguments(*arguments):
         grid, positional, ours = recurrent_kernel.kernel_arguments(*arguments)
-        if kernel is not recurrent_kernel.recurrent_step_kernel:
-            ours = what_if_constexprs(ours)
         return grid, positional, ours | constexprs
 
     return SimpleNamespace(
@@ -92,16 +94,18 @@ def test_the_store_as_held_takes_the_outputs_barriers_out_of_the_loop(batch):
         name: codegen.compile_recurrent(
             dims, state_dtype=torch.bfloat16, module=as_module(*KERNELS[name][:2])
         )
-        for name in ("ours", "out_as_held")
+        for name in ("l2_ahead_1", "out_as_held_l2_ahead_1")
     }
     ptx = {name: c.asm["ptx"] for name, c in compiled.items()}
-    assert ptx["out_as_held"].count("bar.sync") == ptx["ours"].count("bar.sync") - 2
+    assert (
+        ptx["out_as_held_l2_ahead_1"].count("bar.sync") == ptx["l2_ahead_1"].count("bar.sync") - 2
+    )
     store_as_held = "@p st.global.b16"  # store_as_held's inline PTX
-    assert store_as_held in ptx["out_as_held"] and store_as_held not in ptx["ours"]
+    assert store_as_held in ptx["out_as_held_l2_ahead_1"] and store_as_held not in ptx["l2_ahead_1"]
     usage = {name: codegen.resource_usage(c) for name, c in compiled.items()}
-    assert not usage["out_as_held"].spills
-    assert usage["out_as_held"].registers <= usage["ours"].registers
-    assert codegen.report_of(compiled["out_as_held"]).clean
+    assert not usage["out_as_held_l2_ahead_1"].spills
+    assert usage["out_as_held_l2_ahead_1"].registers <= usage["l2_ahead_1"].registers
+    assert codegen.report_of(compiled["out_as_held_l2_ahead_1"]).clean
 
 
 SASS_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z0-9_]+)")
@@ -133,7 +137,6 @@ def test_early_loads_issue_every_load_before_the_first_barrier(name, state_dtype
 GOLDEN_BITS = """
 import json, torch
 from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
-from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from tests.harness.interpreted_recurrent import bit_differences, recurrent_case
 
 LOADS = {"OUT_AS_HELD": False}
@@ -154,7 +157,7 @@ results = {}
 for name, (kernel, V, chunks, extra) in CASES.items():
     for dtype in (torch.float32, torch.bfloat16):
         def launch(grid, arguments, constexprs, kernel=kernel, extra=extra):
-            kernel[grid](*arguments, **what_if_constexprs(constexprs), **extra, num_warps=1)
+            kernel[grid](*arguments, **constexprs, **extra, num_warps=1)
         case = recurrent_case(g, dtype, V)
         results[f"{name} {str(dtype)[6:]}"] = bit_differences(case, chunks, launch)
 print(json.dumps(results))
@@ -176,14 +179,13 @@ def test_the_kernels_write_the_goldens_bits_in_the_interpreter():
 # last batch row active (rows past V of its last head would land past the output).
 MUTATED_BITS = """
 import importlib.util, json, sys, torch
-from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from tests.harness.interpreted_recurrent import bit_differences, recurrent_case
 spec = importlib.util.spec_from_file_location("mutated_loads_ahead", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 def launch(grid, arguments, constexprs):
     module.loads_ahead_kernel[grid](
-        *arguments, **what_if_constexprs(constexprs), AHEAD=0, EARLY_LOADS=False,
+        *arguments, **constexprs, AHEAD=0, EARLY_LOADS=False,
         OUT_AS_HELD=True, num_warps=1,
     )
 case = recurrent_case(torch.Generator().manual_seed(1), torch.float32, 24, (3, 0, -1, 1))

@@ -27,7 +27,6 @@ EVIDENCE = REPO_ROOT / "docs" / "evidence"
 CHECK = """
 import json, torch
 from gdn_evidence.harness.pipelined_kernel import pipelined_kernel
-from gdn_evidence.harness.what_if_arguments import what_if_constexprs
 from tests.harness.interpreted_recurrent import bit_differences, recurrent_case
 
 g = torch.Generator().manual_seed(0)
@@ -36,7 +35,6 @@ for dtype in (torch.float32, torch.bfloat16):
     case = recurrent_case(g, dtype, 24)
     for stages in (1, 2, 3):
         def launch(grid, arguments, constexprs, stages=stages):
-            constexprs = what_if_constexprs(constexprs)
             pipelined_kernel[grid](*arguments, **constexprs, STAGES=stages, num_warps=1)
         results[f"{str(dtype)[6:]} stages={stages}"] = bit_differences(case, 4, launch)
 print(json.dumps(results))

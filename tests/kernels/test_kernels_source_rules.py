@@ -3,9 +3,7 @@
 Inside every ``@triton.jit`` function of vllm_gdn_invariant/kernels: no ``/`` (Triton's division
 is approximate; ``tl.div_rn`` is IEEE), no Triton function whose rounding or order is Triton's
 (exp, log, sqrt, sigmoid, sum, fma, ...), ``tl.reduce`` only with the two-operand ``add``, and no
-call of one of triton.language's own jit functions (they cannot run in interpreted code). The
-functions of NOT_ARITHMETIC compute nothing of the step and are exempt by name; their results
-are never used.
+call of one of triton.language's own jit functions (they cannot run in interpreted code).
 """
 
 import ast
@@ -26,11 +24,6 @@ FORBIDDEN_TRITON = {
     "cumsum", "cumprod", "fma", "fdiv", "erf", "tanh", "sin", "cos", "pow", "dot", "dot_scaled",
     "floor", "ceil", "math", "extra", "inline_asm_elementwise", "xor_sum", "max", "min",
 }  # fmt: skip
-# (module, jit function): why its device code is no arithmetic of the step
-NOT_ARITHMETIC = {
-    ("recurrent.py", "prefetch_into_l2"): "one bulk prefetch into L2 in inline PTX, skipped "
-    "under the interpreter; it changes no value",
-}
 
 
 def jit_functions(path: Path) -> list[ast.FunctionDef]:
@@ -62,39 +55,9 @@ def violations(function: ast.FunctionDef) -> list[str]:
     return found
 
 
-def checked_functions(path: Path) -> list[ast.FunctionDef]:
-    """The jit functions of ``path`` the rules apply to: all but NOT_ARITHMETIC's."""
-    return [f for f in jit_functions(path) if (path.name, f.name) not in NOT_ARITHMETIC]
-
-
 @pytest.mark.parametrize("path", SOURCES, ids=[p.name for p in SOURCES])
 def test_device_code_uses_only_the_goldens_arithmetic(path):
-    assert [v for f in checked_functions(path) for v in violations(f)] == []
-
-
-def test_the_exempt_functions_exist_break_the_rules_and_their_results_go_unused():
-    for (name, function_name), why in NOT_ARITHMETIC.items():
-        path = Path(kernels_package.__file__).parent / name
-        (function,) = [f for f in jit_functions(path) if f.name == function_name]
-        assert violations(function), why  # the exemption is needed
-        renamed = path.read_text().replace(f"def {function_name}(", "def renamed(")
-        (moved,) = [
-            f
-            for f in ast.walk(ast.parse(renamed))
-            if isinstance(f, ast.FunctionDef) and f.name == "renamed"
-        ]
-        assert (name, moved.name) not in NOT_ARITHMETIC and violations(moved)  # by name only
-        trees = [ast.parse(source.read_text()) for source in SOURCES]
-        calls = [
-            node
-            for tree in trees
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and ast.unparse(node.func) == function_name
-        ]
-        statements = [
-            node.value for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Expr)
-        ]
-        assert calls and all(any(call is s for s in statements) for call in calls)
+    assert [v for f in jit_functions(path) for v in violations(f)] == []
 
 
 def test_every_kernel_module_has_device_code_checked():

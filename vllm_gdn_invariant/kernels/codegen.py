@@ -314,7 +314,6 @@ def compile_recurrent(
         meta((dims.batch,), torch.int32),
         dims,
         config,
-        capability,
     )
     return compile_kernel(
         module.recurrent_step_kernel,

@@ -8,9 +8,8 @@ delta update, output), with the elementary functions and the fixed-order K-sum o
 blocks of ``BV`` value rows), the whole K axis in registers, q | k | v read from the packed
 ``mixed_qkv`` row, the state updated in place block by block. A program's blocks share its q
 and k (loaded, normalized and scaled once) and gates; with more than one, the next block's
-state and v are loaded before this block's arithmetic, and with L2_AHEAD the block after that
-is asked into L2 (``l2_ahead`` says where). An inactive row (index <= 0) writes a zero output and
-touches no state.
+state and v are loaded before this block's arithmetic. An inactive row (index <= 0) writes a
+zero output and touches no state.
 
 K is padded to BK = next_power_of_2(K) like the golden's sum, and a block of value rows is held
 as a tuple of J slabs [BV, C] (slab j holds k = j * C + c, BK = J * C), so that the first levels
@@ -44,10 +43,6 @@ from .elementary import (
 )
 from .launch import BoundLaunch, Launcher, cdiv, next_power_of_2, run_bound, tensor_layouts
 from .validation import RecurrentDims, check_recurrent_args, signature
-
-ON_DEVICE = tl.constexpr(not INTERPRETED)
-L2_PREFETCH_CAPABILITY = 90  # cp.async.bulk.prefetch.L2 needs sm_90 or later
-L2_PREFETCH_ALIGNMENT = 16  # bytes: the bulk prefetch's address and size unit
 
 
 @triton.jit
@@ -172,35 +167,6 @@ def delta_rule(
 
 
 @triton.jit
-def prefetch_into_l2(address, nbytes):
-    """Ask the ``nbytes`` (a multiple of 16) from ``address`` (16-byte aligned) into L2: one bulk
-    prefetch (``cp.async.bulk.prefetch.L2.global``, SASS ``UBLKPF.L2``), issued by thread 0 of
-    the program; it holds no register and changes no value. Skipped under the interpreter."""
-    if ON_DEVICE:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred first; .reg .b32 thread; mov.u32 thread, %tid.x; "
-            "setp.eq.u32 first, thread, 0; "
-            "@first cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r",
-            [address + tl.zeros([1], tl.int32), nbytes + tl.zeros([1], tl.int32)],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
-
-
-@triton.jit
-def prefetch_rows(p_head, first_row, rows, V: tl.constexpr, K: tl.constexpr, stride_v):
-    """``prefetch_into_l2`` of state rows first_row .. first_row + rows - 1 of a head (those
-    below V) from ``p_head``, the head's row 0: the whole 16-byte units of that range."""
-    item_bytes: tl.constexpr = p_head.dtype.element_ty.primitive_bitwidth // 8
-    rows = tl.minimum(rows, V - first_row)
-    if rows > 0:
-        nbytes = (rows - 1) * stride_v * item_bytes + K * item_bytes
-        prefetch_into_l2(p_head + first_row * stride_v, (nbytes // 16 * 16).to(tl.int32))
-
-
-@triton.jit
 def recurrent_step_kernel(
     mixed_qkv,
     a,
@@ -235,7 +201,6 @@ def recurrent_step_kernel(
     LOG2_CL: tl.constexpr,
     LOG2_VEC: tl.constexpr,
     USE_QK_L2NORM: tl.constexpr,
-    L2_AHEAD: tl.constexpr,
 ):
     J: tl.constexpr = 1 << LOG2_J
     C: tl.constexpr = 1 << (LOG2_CL + LOG2_VEC)
@@ -250,8 +215,7 @@ def recurrent_step_kernel(
     # x the padded width J * C = next_power_of_2(K), held as J slabs [BV, C]; slab j holds
     # k = j * C + c.
     o_c = tl.arange(0, C)[None, :]
-    first_row = i_v * (CHUNKS * BV)
-    o_v = first_row + tl.arange(0, BV)
+    o_v = i_v * (CHUNKS * BV) + tl.arange(0, BV)
     mask_v = o_v < V
 
     p_out = out + i_nh * V + o_v
@@ -265,15 +229,18 @@ def recurrent_step_kernel(
             )
         return
 
-    p_head = state + block * stride_state_block + i_hv * stride_state_head
-    if L2_AHEAD:  # block 1 into L2; block i + 2 at iteration i, the one before its load
-        prefetch_rows(p_head, first_row + BV, BV, V, K, stride_state_v)
     row = mixed_qkv + i_n * stride_qkv_row
     q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
     k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
     p_v = row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col
     v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
-    p_h = p_head + o_v[:, None] * stride_state_v + o_c * stride_state_k
+    p_h = (
+        state
+        + block * stride_state_block
+        + i_hv * stride_state_head
+        + o_v[:, None] * stride_state_v
+        + o_c * stride_state_k
+    )
     h = load_state_block(p_h, mask_v, stride_state_k, K, C, J)
     q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
 
@@ -284,9 +251,6 @@ def recurrent_step_kernel(
     decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
 
     for i_c in tl.range(CHUNKS):
-        if L2_AHEAD:
-            if i_c + 2 < CHUNKS:
-                prefetch_rows(p_head, first_row + (i_c + 2) * BV, BV, V, K, stride_state_v)
         if CHUNKS > 1:  # the next block's loads go out before this block's arithmetic
             if V % (BV * CHUNKS) == 0:  # whole blocks: after the last, this block again
                 mask_next = mask_v
@@ -444,32 +408,6 @@ def recurrent_config(
     )
 
 
-def l2_ahead(
-    state: Tensor, config: RecurrentConfig, capability: int, interpreted: bool = INTERPRETED
-) -> bool:
-    """Whether recurrent_step_kernel asks each block of state rows into L2 one iteration before
-    it loads it (L2_AHEAD): where a program takes two or more blocks, on sm_90 or later (the
-    bulk prefetch), compiled, with the state's rows contiguous and its base and every stride
-    16-byte aligned (the prefetch's address unit). It changes the speed, never the bits."""
-    item = state.element_size()
-    return (
-        config.chunks >= 2
-        and capability >= L2_PREFETCH_CAPABILITY
-        and not interpreted
-        and state.stride(-1) == 1
-        and state.data_ptr() % L2_PREFETCH_ALIGNMENT == 0
-        and all(stride * item % L2_PREFETCH_ALIGNMENT == 0 for stride in state.stride()[:-1])
-    )
-
-
-def device_capability(device: torch.device) -> int:
-    """``major * 10 + minor`` of a CUDA device; 0 for any other."""
-    if device.type != "cuda":
-        return 0
-    major, minor = torch.cuda.get_device_capability(device)
-    return major * 10 + minor
-
-
 def kernel_arguments(
     mixed_qkv: Tensor,
     a: Tensor,
@@ -481,12 +419,8 @@ def kernel_arguments(
     state_indices: Tensor,
     dims: RecurrentDims,
     config: RecurrentConfig,
-    capability: int | None = None,
 ) -> tuple[tuple[int], tuple, dict]:
-    """(grid, positional arguments, constexpr arguments) of recurrent_step_kernel for a target
-    of ``capability`` (default: the state's device's)."""
-    if capability is None:
-        capability = device_capability(state.device)
+    """(grid, positional arguments, constexpr arguments) of recurrent_step_kernel."""
     num_v_tiles = cdiv(dims.head_v, config.block_v * config.chunks)
     grid = (num_v_tiles * dims.batch * dims.num_v_heads,)
     arguments = (
@@ -522,7 +456,6 @@ def kernel_arguments(
         "LOG2_CL": config.log2_cl,
         "LOG2_VEC": config.log2_vec,
         "USE_QK_L2NORM": dims.use_qk_l2norm,
-        "L2_AHEAD": l2_ahead(state, config, capability),
     }
     return grid, arguments, constexprs
 
