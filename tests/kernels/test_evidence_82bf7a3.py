@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .test_evidence_docs import DOC, ROOT, flat_doc
+from .test_evidence_docs import DOC, ROOT, flat_doc, git
 
 RUNS = ROOT / "docs" / "evidence" / "h200_engine"
 L2_AHEAD_PROFILE = RUNS / "82bf7a3" / "bench_engine_l2_ahead_profile.json"
@@ -18,6 +18,7 @@ ARMS = {
     "golden": "mode golden, with the request",
     "golden_without_l2_ahead": "mode golden, without it",
 }
+REMOVAL = "1e3b478"  # the commit that took L2_AHEAD out of the package
 CONTROL_LOG = "gdn_invariant control without l2_ahead: recurrent_step_kernel binds L2_AHEAD=False"
 
 
@@ -130,3 +131,11 @@ def test_the_168d930_stage_is_quoted():
     log = (RUNS / "168d930" / "engine_decode_layout.log").read_text().splitlines()
     assert "Padding mamba page size" in log[-1]  # the engine's start, then the limit
     assert "`engine_decode_layout.log` ends at the engine's start" in doc
+
+
+def test_the_commit_the_doc_names_took_the_request_out():
+    assert f"since {REMOVAL} the recurrent kernel no longer asks" in flat_doc()
+    path = "vllm_gdn_invariant/kernels/recurrent.py"
+    assert "L2_AHEAD" in git("show", f"{REMOVAL}^:{path}")
+    assert "L2_AHEAD" not in git("show", f"{REMOVAL}:{path}")
+    assert "L2_AHEAD" not in (ROOT / path).read_text()
