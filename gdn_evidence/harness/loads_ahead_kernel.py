@@ -102,8 +102,9 @@ def l2_ahead(
 
 
 def device_capability(device: torch.device) -> int:
-    """``major * 10 + minor`` of a CUDA device; 0 for any other."""
-    if device.type != "cuda":
+    """``major * 10 + minor`` of an NVIDIA CUDA device; 0 for any other (ROCm's included: its
+    torch reports a device of type cuda, with no bulk prefetch)."""
+    if device.type != "cuda" or torch.version.hip is not None:
         return 0
     major, minor = torch.cuda.get_device_capability(device)
     return major * 10 + minor

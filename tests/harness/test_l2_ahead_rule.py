@@ -6,7 +6,7 @@ condition and on the package's default launch shapes."""
 import pytest
 import torch
 
-from gdn_evidence.harness.loads_ahead_kernel import l2_ahead
+from gdn_evidence.harness.loads_ahead_kernel import device_capability, l2_ahead
 from vllm_gdn_invariant.kernels.recurrent import RecurrentConfig, recurrent_config
 from vllm_gdn_invariant.kernels.validation import RecurrentDims
 
@@ -72,3 +72,12 @@ def test_the_rule_follows_the_default_launch_shapes():
     ]:
         config = recurrent_config(dims(batch), dtype, interpreted=False)
         assert l2_ahead(state(dtype), config, 90, interpreted=False) is expected, (batch, dtype)
+
+
+def test_a_rocm_or_cpu_device_has_no_capability_for_the_rule(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 4))
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert device_capability(torch.device("cuda", 0)) == 94  # an NVIDIA build
+    assert device_capability(torch.device("cpu")) == 0
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133")
+    assert device_capability(torch.device("cuda", 0)) == 0  # ROCm's torch: type cuda, no sm_90
