@@ -40,6 +40,8 @@ AT_EA50D1F = HOST_PATH / "bench_decode.json"
 LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "344febd"  # an H100
 LATEST = LATEST_RUN / "bench_decode.json"
 AT_4356317_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "4356317"  # an H100
+PACKAGE_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "ff22b8e"  # an H100, the package now
+AT_PACKAGE = PACKAGE_RUN / "bench_decode.json"
 AT_4356317 = AT_4356317_RUN / "bench_decode.json"
 DEEP_ENGINE_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "3af9122"  # an H100, 24 layers
 AT_B6F5081_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "b6f5081"  # an H100
@@ -151,15 +153,16 @@ def git(*arguments: str) -> str:
 
 
 def test_the_package_is_the_one_the_gpu_run_checked_and_timed():
-    """docs/kernels.md says the package is the one of the latest GPU run of the package as it is
-    (4356317's: the GPU matrix and the bench), and a test compares the package with git."""
-    commit = json.loads(AT_4356317.read_text())["provenance"]["git_commit"]
+    """docs/kernels.md says the package is the one of the latest GPU run (ff22b8e's: the GPU
+    matrix and the bench), and a test compares the package with git; it is 4356317's too."""
+    commit = json.loads(AT_PACKAGE.read_text())["provenance"]["git_commit"]
     assert (
-        f"The package (`vllm_gdn_invariant/`) is the one of {commit[:7]}'s run again (a test "
+        f"The package (`vllm_gdn_invariant/`) is the one of {commit[:7]}'s run (a test "
         "compares it with git)"
     ) in flat_doc()
-    changed = git("diff", "--name-only", commit, "--", "vllm_gdn_invariant").split()
-    assert changed == [], "the package changed since the GPU run"
+    for run in (commit, json.loads(AT_4356317.read_text())["provenance"]["git_commit"]):
+        changed = git("diff", "--name-only", run, "--", "vllm_gdn_invariant").split()
+        assert changed == [], f"the package changed since the GPU run at {run[:7]}"
 
 
 def jit_functions(source: str) -> dict[str, str]:
@@ -258,6 +261,13 @@ def assert_stage_kernels_run_quoted(run: Path, commit: str, passed: int = 171) -
         f"below B = 64 {lowest:.2f}x vLLM or more." in flat_doc()
     )
     return cases
+
+
+def test_the_ff22b8e_run_is_quoted():
+    cases = assert_stage_kernels_run_quoted(PACKAGE_RUN, "ff22b8e", passed=173)
+    assert "173 passed" in (AT_4356317_RUN / "pytest_kernels.log").read_text()  # the same matrix
+    small = device_span(cases, "recurrent", "bfloat16", 1, 32, fmt=".3f")
+    assert f"Below B = 64 the bf16 recurrent step ran at {small}." in flat_doc()
 
 
 def test_the_1ee138d_run_is_quoted():
@@ -739,8 +749,9 @@ def test_the_host_path_run_is_quoted():
         (AT_613A30B, "bench-decode-table-613a30b"),
         (AT_4356317, "bench-decode-table-4356317"),
         (LATEST, "bench-decode-table-344febd"),
+        (AT_PACKAGE, "bench-decode-table-ff22b8e"),
     ],
-    ids=["fbcbb14", "ea50d1f", "6aa67cf", "613a30b", "4356317", "344febd"],
+    ids=["fbcbb14", "ea50d1f", "6aa67cf", "613a30b", "4356317", "344febd", "ff22b8e"],
 )
 def test_each_table_is_its_evidence_file(evidence, marker):
     assert marked_block(DOC.read_text(), marker) == printed("bench_decode.py", "--table", evidence)
