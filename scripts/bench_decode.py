@@ -35,8 +35,12 @@ over rounds reported:
 * ``kernel_us``: device time of the kernels and copies one call launches (torch.profiler),
   calls back to back: a cache small enough stays in L2 from one call to the next;
 * ``kernel_cold_us`` (vLLM's and our launch, ``COLD_ARMS``): the same with L2 flushed before
-  each call (FLUSH_BYTES written; the flush's own kernel left out), as in an engine, where a
-  layer's caches are evicted by the other layers before its next step.
+  each call (the flush's own kernel left out), as in an engine, where a layer's caches are
+  evicted by the other layers before its next step. ``--flush rewrite`` (default) rewrites
+  FLUSH_BYTES in place, so a call starts with L2 full of dirty lines to write back;
+  ``--flush read`` reads them, so a call starts with L2 clean (the previous call's writes went
+  back during the flush) and the writes it leaves in L2 go back after its end, as in an engine
+  whose next kernels read weights.
 
 An op's bytes (state read and written, inputs read, output written) over its ``us`` give its
 achieved bandwidth, reported as a fraction of a device-to-device copy of the same number of bytes
@@ -175,14 +179,21 @@ SMOKE = Settings(rounds=1, warmup_ms=0, rep_ms=0, profile_iters=0, wall_target_m
 FLUSH_BYTES = 256 << 20  # written between profiled calls: 5x an H100's or H200's L2
 
 
+FLUSHES = ("rewrite", "read")
+
+
 class GpuClock:
-    """Measurements on the current CUDA device."""
+    """Measurements on the current CUDA device; ``flush`` is how L2 is flushed before a call
+    timed cold (FLUSHES)."""
 
     device = "cuda"
     timed = True
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, flush: str = "rewrite"):
+        if flush not in FLUSHES:
+            raise ValueError(f"flush {flush!r}: one of {', '.join(FLUSHES)}")
         self.settings = settings
+        self.flush_mode = flush
 
     def sync(self) -> None:
         torch.cuda.synchronize()
@@ -201,8 +212,11 @@ class GpuClock:
 
     @functools.cached_property
     def flush(self) -> Between:
-        """FLUSH_BYTES of a buffer of its own rewritten (its bits inverted) in place."""
-        buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        """FLUSH_BYTES of a buffer of its own rewritten (its bits inverted) in place, or read
+        (summed into one value), as ``flush_mode`` says."""
+        buffer = torch.zeros(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        if self.flush_mode == "read":
+            return between(lambda: buffer.sum(dtype=torch.int64))
         return between(buffer.bitwise_not_)
 
     def device_cold_us(self, fn: Callable[[], object]) -> float:
@@ -1071,6 +1085,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the conv caches' layout (default {DEFAULT_CONV_LAYOUT}, vLLM's; module docstring)",
     )
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    parser.add_argument(
+        "--flush",
+        choices=FLUSHES,
+        default="rewrite",
+        help="how L2 is flushed before each call timed cold: FLUSH_BYTES rewritten (default) or "
+        "read (a call then starts with L2 clean, as in an engine)",
+    )
     parser.add_argument("--rounds", type=int, help="rounds (default: 7, --quick 3)")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the script")
     args = parser.parse_args(argv)
@@ -1115,7 +1136,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.rounds < 1:
                 parser.error("--rounds must be at least 1")
             settings = dataclasses.replace(settings, rounds=args.rounds)
-        clock, dims, default_batches = GpuClock(settings), QWEN3_NEXT_DIMS, BATCH_SIZES
+        clock, dims = GpuClock(settings, args.flush), QWEN3_NEXT_DIMS
+        default_batches = BATCH_SIZES
     batches = (
         tuple(int(b) for b in args.batch_sizes.split(",")) if args.batch_sizes else default_batches
     )
@@ -1138,6 +1160,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ops": list(ops),
                 "dims": dims.__dict__,
                 "conv_layout": args.conv_layout,
+                "flush": args.flush,
                 "inputs": "bf16 randn mixed_qkv/a/b/x/weight; A_log = log(U(1, 16)); "
                 "state randn*0.1; conv cache randn (op conv: the state dtype; decode_step: "
                 "bf16); all rows active; QK norm on; SiLU, no bias",

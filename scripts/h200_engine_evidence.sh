@@ -61,6 +61,11 @@
 #                 and without the L2 request), against vLLM and ours, alternating, with its bits
 #                 compared with ours, B = 1024 down to 1 (alone on the GPU); source
 #                 scripts/h200_layer_env.sh, no stage.sh
+#   flushes       which L2 flush before a cold call makes bench_decode.py's recurrent step time as
+#                 the engine's profile does (82bf7a3 at B = 128: vLLM 91.03, ours 94.96, ours
+#                 with the L2 request 98.55 µs a launch): --l2-prefetch (ours, l2_ahead_1, ...)
+#                 with --flush read, then --flush rewrite, B = 1024 down to 64 (alone on the GPU);
+#                 source scripts/h200_layer_env.sh, no stage.sh
 #   counters      Nsight Compute's counters for vLLM's recurrent kernel and ours at B = 1, 4, 8
 #                 and 128 (profile_recurrent.py; alone on the GPU); source
 #                 scripts/h200_layer_env.sh, no stage.sh
@@ -190,6 +195,13 @@ case $stage in
       --ops recurrent --early-loads --l2-prefetch \
       --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_loads_ahead.json"
     ;;
+  flushes)
+    for flush in read rewrite; do
+      now "bench_decode_flush_$flush" "$limit" python scripts/bench_decode.py --quick --rounds 3 \
+        --ops recurrent --l2-prefetch --flush "$flush" --batch-sizes 1024,512,256,128,64 \
+        --out "$out/bench_decode_flush_$flush.json"
+    done
+    ;;
   output-store)
     now bench_decode_output_store "$limit" python scripts/bench_decode.py --quick --rounds 1 \
       --ops recurrent --output-store \
@@ -256,7 +268,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, output-store, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, flushes, output-store, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac

@@ -25,6 +25,21 @@ def test_the_kernels_between_the_calls_are_left_out():
     assert cold.us < flushed.us / 4  # the flush (about 0.2 ms on an H100) is not in it
 
 
+def test_a_read_between_the_calls_is_left_out_too():
+    """bench_decode.py's ``--flush read``: the buffer summed, its reduction not counted."""
+    src = torch.ones(1 << 18, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    flush = torch.zeros(64 << 20, dtype=torch.int32, device="cuda")  # 256 MiB
+
+    def read() -> None:
+        flush.sum(dtype=torch.int64)
+
+    flushed = kernel_time(read, 5)
+    cold = kernel_time(lambda: dst.copy_(src), 5, before=between(read))
+    assert cold.kernels == 1
+    assert cold.us < flushed.us / 4
+
+
 def test_a_function_between_the_calls_that_launches_their_kernels_is_refused():
     src = torch.ones(1 << 18, dtype=torch.float32, device="cuda")
     dst, other = torch.empty_like(src), torch.empty_like(src)

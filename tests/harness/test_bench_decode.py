@@ -53,6 +53,7 @@ def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, be
     assert report["schema"] == bench.SCHEMA
     assert report["provenance"]["mode"] == "smoke"
     assert report["complete"] is True
+    assert report["settings"]["flush"] == "rewrite"  # the default
     assert report["provenance"]["recurrent_provider"].startswith("smoke stand-in")
     cases = report["cases"]
     expected = {
@@ -98,9 +99,10 @@ def test_prefetch_kernels_run_where_they_take_whole_blocks_with_ours_bits(tmp_pa
     target = tmp_path / "prefetch.json"
     result = run(
         "--smoke", "--ops", "recurrent", "--prefetch", "--l2-prefetch", "--early-loads",
-        "--out", str(target),
+        "--flush", "read", "--out", str(target),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(target.read_text())["settings"]["flush"] == "read"
     for case in json.loads(target.read_text())["cases"]:
         prefetch = case["prefetch"]
         # smoke heads (V = 16): the default takes one block, the one-warp shape two of 8 rows
@@ -304,3 +306,12 @@ def test_the_one_shape_for_every_batch_size_is_the_one_least_behind_the_fastest(
     choice = bench.sweep_choices(report)[("recurrent", "bfloat16")]
     assert choice["config"] == {"name": "b"}
     assert choice["worst"] == pytest.approx(1.1) and choice["worst_batch"] == 64
+
+
+def test_the_flush_before_a_cold_call_is_a_rewrite_or_a_read(bench):
+    assert bench.GpuClock(bench.QUICK).flush_mode == "rewrite"
+    assert bench.GpuClock(bench.QUICK, "read").flush_mode == "read"
+    with pytest.raises(ValueError, match="flush 'sideways': one of rewrite, read"):
+        bench.GpuClock(bench.QUICK, "sideways")
+    result = run("--flush", "sideways", "--out", "/dev/null")
+    assert result.returncode == 2 and "--flush: invalid choice: 'sideways'" in result.stderr
