@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import triton
+from packaging.version import Version
 
 from gdn_evidence.harness.launch_shapes import qwen3_next_dims
 from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
@@ -111,8 +113,25 @@ def test_the_store_as_held_takes_the_outputs_barriers_out_of_the_loop(batch):
 SASS_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z0-9_]+)")
 
 
+# Under Triton 3.6.0 (the GPU machine's, where stage loads-ahead timed them) the early loads'
+# kernel keeps 10 of its 16 global loads after the first barrier (ours 13): the order holds from
+# 3.9.0 (docs/kernels.md, "The state asked into L2, commit 2046380").
+EARLY_LOADS_KEPT = Version(triton.__version__) >= Version("3.9.0")
+
+
 @pytest.mark.parametrize("state_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("name", ["ours", "early_loads"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ours",
+        pytest.param(
+            "early_loads",
+            marks=pytest.mark.xfail(
+                not EARLY_LOADS_KEPT, reason="Triton < 3.9 moves loads after it", strict=True
+            ),
+        ),
+    ],
+)
 def test_early_loads_issue_every_load_before_the_first_barrier(name, state_dtype):
     kernel, constexprs, _ = KERNELS[name]
     dims = qwen3_next_dims(1)
