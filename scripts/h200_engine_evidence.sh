@@ -117,11 +117,6 @@ now() {  # now NAME SECONDS COMMAND...: run in the foreground, cut at SECONDS
   timeout "$seconds" "$@" > "$out/$name.log" 2>&1
   echo "job $name exit $?"
 }
-golden_profile() {  # mode golden against mode route by device time, cut at $limit
-  now bench_engine_golden_profile "$limit" python scripts/bench_engine.py --arms route,golden \
-    --workloads decode --decode-new-tokens 256 --rounds 1 --start-timeout 300 --pin-cpus \
-    --profile decode --profile-rounds 3 --out "$out/bench_engine_golden_profile.json"
-}
 case $stage in
   eager)
     for model in $models; do
@@ -150,7 +145,9 @@ case $stage in
       --pin-cpus --profile decode --out "$out/bench_engine_golden.json"
     ;;
   golden-profile)
-    golden_profile
+    now bench_engine_golden_profile "$limit" python scripts/bench_engine.py --arms route,golden \
+      --workloads decode --decode-new-tokens 256 --rounds 1 --start-timeout 300 --pin-cpus \
+      --profile decode --profile-rounds 3 --out "$out/bench_engine_golden_profile.json"
     ;;
   engine-decode)
     now engine_decode_layout_route 300 python scripts/engine_decode_layout.py --mode route \

@@ -29,7 +29,7 @@ The request into L2 is ``prefetch_rows``: one bulk prefetch of a range of state 
 the program's first thread. It needs sm_90 or later and a state whose rows are K contiguous
 elements, 16-byte aligned (``l2_ahead``'s rule); under Triton's interpreter it is skipped. In
 vLLM 0.26.0's engine the request made the package's kernel slower (docs/kernels.md, "The L2
-request in the engine"), so the package does not ask.
+request taken out of the package"), so the package does not ask.
 """
 
 from __future__ import annotations
