@@ -65,13 +65,15 @@ VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not b
 ``--replay-step`` times, beside each decode step, the response-replay kernel with one token per row
 (``kernels.replay.replay_tokens``: the conv and the recurrent step in one kernel, the conv state
 written by a second) against vLLM's decode step and ours, with its bits compared with ours.
-``--registers``, ``--prefetch``, ``--early-loads``, ``--l2-prefetch``, ``--output-store`` and
-``--pipelined`` time those sets of VARIANTS the same way: ptxas's register cap (``maxnreg``),
-``harness/prefetch_kernel.py`` (the state two blocks ahead in flight),
+``--registers``, ``--prefetch``, ``--early-loads``, ``--l2-prefetch``, ``--output-store``,
+``--full-lines`` and ``--pipelined`` time those sets of VARIANTS the same way: ptxas's register
+cap (``maxnreg``), ``harness/prefetch_kernel.py`` (the state two blocks ahead in flight),
 ``harness/loads_ahead_kernel.py`` (every load that does not depend on the state's block issued
 first; the state asked into L2 ahead, one bulk prefetch: a program's whole range first, or
 blocks ahead in the loop; each block's outputs stored from the K-sum's layout, not through
-shared memory) and ``harness/pipelined_kernel.py``
+shared memory), ours with each warp's load of the state covering whole 128-byte lines (8 lanes
+x 16 bytes of 4 value rows, where ours' split of K takes half lines of 8 rows with a 2-byte
+state) and ``harness/pipelined_kernel.py``
 (the loop over blocks software-pipelined by Triton, the next blocks' state copied into shared
 memory asynchronously, at 2 to 4 stages), some also at other shapes, with ours there;
 ``same_bits`` says whether each variant's output and state were bitwise ours after one call.
@@ -644,6 +646,9 @@ def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
 
 
 VARIANT_ROUNDS = 5
+FULL_LINES = {"row_elements": 16, "vector_bytes": 16}  # 8 lanes x 16 bytes along K
+# (value rows per block, warps, blocks per program) of VARIANTS["full_lines"]
+FULL_LINE_PROGRAMS = ((16, 2, 8), (8, 2, 16), (8, 1, 16), (16, 1, 8), (4, 1, 32), (32, 2, 4))
 # loads_ahead_kernel's compile-time arguments
 EARLY_LOADS = {"AHEAD": 0, "EARLY_LOADS": True, "OUT_AS_HELD": False}
 
@@ -698,6 +703,17 @@ VARIANTS = {
     "output_store": {
         "out_as_held": (None, l2_ahead(0, out_as_held=True), loads_ahead_kernel),
         "out_as_held_l2_ahead_1": (None, l2_ahead(1, out_as_held=True), loads_ahead_kernel),
+    },
+    # Ours with each warp's load of a slab covering whole 128-byte lines: 8 lanes x 16 bytes of
+    # each of 4 value rows (ours' split covers half lines with a 2-byte state: 4 lanes x 16
+    # bytes of 8 rows), at programs of a head's 128 value rows and of 32.
+    "full_lines": {
+        f"full_lines_w{warps}c{chunks}": (
+            FULL_LINES | {"block_v": rows, "num_warps": warps, "chunks": chunks},
+            {},
+            None,
+        )
+        for rows, warps, chunks in FULL_LINE_PROGRAMS
     },
     # The loop over blocks software-pipelined by Triton (harness/pipelined_kernel.py: the next
     # blocks' state in flight as asynchronous copies into shared memory), with ours at the

@@ -67,6 +67,10 @@
 #                 with the L2 request 98.55 µs a launch): --l2-prefetch (ours, l2_ahead_1, ...)
 #                 with --flush read, then --flush rewrite, B = 1024 down to 64 (alone on the GPU);
 #                 source scripts/h200_layer_env.sh, no stage.sh
+#   full-lines    ours with each warp's load of the state covering whole 128-byte lines
+#                 (bench_decode.py --full-lines), against vLLM and ours, alternating, with its
+#                 bits compared with ours, B = 1024 down to 8 (alone on the GPU); source
+#                 scripts/h200_layer_env.sh, no stage.sh
 #   counters      Nsight Compute's counters for vLLM's recurrent kernel and ours at B = 1, 4, 8
 #                 and 128 (profile_recurrent.py; alone on the GPU); source
 #                 scripts/h200_layer_env.sh, no stage.sh
@@ -204,6 +208,11 @@ case $stage in
       --ops recurrent --output-store \
       --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_output_store.json"
     ;;
+  full-lines)
+    now bench_decode_full_lines "$limit" python scripts/bench_decode.py --quick --rounds 1 \
+      --ops recurrent --full-lines --batch-sizes 1024,512,256,128,64,32,16,8 \
+      --out "$out/bench_decode_full_lines.json"
+    ;;
   counters)
     now ncu_recurrent "$limit" python scripts/profile_recurrent.py --batch-sizes 1,4,8,128 \
       --out "$out/ncu_recurrent.json"
@@ -265,7 +274,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, flushes, output-store, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, flushes, output-store, full-lines, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac
