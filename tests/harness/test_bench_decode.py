@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from gdn_evidence.harness.launch_shapes import qwen3_next_dims
+from vllm_gdn_invariant.kernels.recurrent import recurrent_config
+
 from ..script_modules import loaded_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -138,6 +141,34 @@ def test_pipelined_variants_run_where_they_take_whole_blocks_with_ours_bits(tmp_
     assert "vLLM/pipelined_s3_w1c16" in bench.variants_table(report, "pipelined")
     flushed = bench.variants_table(report, "pipelined", cold=True)
     assert flushed.startswith("| state | B | vLLM (µs, device, L2 flushed) | vLLM/ours |")
+
+
+@pytest.mark.parametrize("state_dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_full_line_variants_load_whole_128_byte_lines_of_each_row(bench, state_dtype):
+    dims = qwen3_next_dims(128)
+    default = recurrent_config(dims, state_dtype, interpreted=False)
+
+    def line_bytes(config) -> int:  # one warp's load of a slab, per value row
+        return (1 << (config.log2_cl + config.log2_vec)) * state_dtype.itemsize
+
+    if state_dtype == torch.bfloat16:
+        assert line_bytes(default) == 64  # ours: half lines, what the set is measured against
+    for fields, _, kernel in bench.VARIANTS["full_lines"].values():
+        config = bench.variant_config(default, fields, dims.head_k, state_dtype)
+        assert kernel is None and line_bytes(config) == 128
+        assert (32 >> config.log2_cl) == 4 and config.block_v * config.chunks in (32, 128)
+
+
+def test_full_line_variants_run_with_ours_bits(tmp_path, bench):
+    target = tmp_path / "full_lines.json"
+    result = run("--smoke", "--ops", "recurrent", "--full-lines", "--out", str(target))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(target.read_text())
+    for case in report["cases"]:
+        timed = case["full_lines"]
+        assert set(timed["configs"]) == set(bench.VARIANTS["full_lines"])
+        assert timed["same_bits"] == dict.fromkeys(timed["configs"], True)
+    assert "vLLM/full_lines_w2c8" in bench.variants_table(report, "full_lines")
 
 
 def test_replay_step_runs_one_token_per_row_with_the_decode_steps_bits(tmp_path, bench):
