@@ -66,12 +66,15 @@ VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not b
 (``kernels.replay.replay_tokens``: the conv and the recurrent step in one kernel, the conv state
 written by a second) against vLLM's decode step and ours, with its bits compared with ours.
 ``--registers``, ``--prefetch``, ``--early-loads``, ``--l2-prefetch``, ``--output-store``,
-``--full-lines`` and ``--pipelined`` time those sets of VARIANTS the same way: ptxas's register
-cap (``maxnreg``), ``harness/prefetch_kernel.py`` (the state two blocks ahead in flight),
+``--block-order``, ``--full-lines`` and ``--pipelined`` time those sets of VARIANTS the same
+way: ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py`` (the state two blocks
+ahead in flight),
 ``harness/loads_ahead_kernel.py`` (every load that does not depend on the state's block issued
 first; the state asked into L2 ahead, one bulk prefetch: a program's whole range first, or
 blocks ahead in the loop; each block's outputs stored from the K-sum's layout, not through
-shared memory), ours with each warp's load of the state covering whole 128-byte lines (8 lanes
+shared memory), ``harness/block_order_kernel.py`` (a program's blocks from block
+``i_nh % CHUNKS`` on, so that neighbouring programs are not at the same block of their heads),
+ours with each warp's load of the state covering whole 128-byte lines (8 lanes
 x 16 bytes of 4 value rows, where ours' split of K takes half lines of 8 rows with a 2-byte
 state) and ``harness/pipelined_kernel.py``
 (the loop over blocks software-pipelined by Triton, the next blocks' state copied into shared
@@ -114,6 +117,7 @@ import torch
 
 from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
+from gdn_evidence.harness.block_order_kernel import block_order_kernel
 from gdn_evidence.harness.layer import QWEN3_NEXT_DIMS, LayerDims
 from gdn_evidence.harness.loads_ahead_kernel import l2_prefetch_kernel, loads_ahead_kernel
 from gdn_evidence.harness.pipelined_kernel import (
@@ -703,6 +707,15 @@ VARIANTS = {
     "output_store": {
         "out_as_held": (None, l2_ahead(0, out_as_held=True), loads_ahead_kernel),
         "out_as_held_l2_ahead_1": (None, l2_ahead(1, out_as_held=True), loads_ahead_kernel),
+    },
+    # A program's blocks taken from block i_nh % CHUNKS on, wrapping around
+    # (harness/block_order_kernel.py), and that kernel in ours' order; at the default shape and
+    # at one warp of 8 value rows taking 16 blocks in turn (with ours).
+    "block_order": {
+        "in_order": (None, {"ROTATE": False}, block_order_kernel),
+        "rotated": (None, {"ROTATE": True}, block_order_kernel),
+        "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
+        "rotated_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {"ROTATE": True}, block_order_kernel),
     },
     # Ours with each warp's load of a slab covering whole 128-byte lines: 8 lanes x 16 bytes of
     # each of 4 value rows (ours' split covers half lines with a 2-byte state: 4 lanes x 16

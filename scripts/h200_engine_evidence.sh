@@ -67,6 +67,11 @@
 #                 with the L2 request 98.55 µs a launch): --l2-prefetch (ours, l2_ahead_1, ...)
 #                 with --flush read, then --flush rewrite, B = 1024 down to 64 (alone on the GPU);
 #                 source scripts/h200_layer_env.sh, no stage.sh
+#   block-order   a program's blocks taken from block i_nh % CHUNKS on (bench_decode.py
+#                 --block-order: harness/block_order_kernel.py, rotated and in ours' order), then
+#                 --flush read (the cold calls as 82bf7a3's engine profile timed them), against
+#                 vLLM and ours, alternating, with its bits compared with ours, B = 1024 down to
+#                 32 (alone on the GPU); source scripts/h200_layer_env.sh, no stage.sh
 #   full-lines    ours with each warp's load of the state covering whole 128-byte lines
 #                 (bench_decode.py --full-lines), against vLLM and ours, alternating, with its
 #                 bits compared with ours, B = 1024 down to 8 (alone on the GPU); source
@@ -208,6 +213,11 @@ case $stage in
       --ops recurrent --output-store \
       --batch-sizes 1024,512,256,128,64,32,16,8,4,2,1 --out "$out/bench_decode_output_store.json"
     ;;
+  block-order)
+    now bench_decode_block_order "$limit" python scripts/bench_decode.py --quick --rounds 1 \
+      --ops recurrent --block-order --flush read --batch-sizes 1024,512,256,128,64,32 \
+      --out "$out/bench_decode_block_order.json"
+    ;;
   full-lines)
     now bench_decode_full_lines "$limit" python scripts/bench_decode.py --quick --rounds 1 \
       --ops recurrent --full-lines --batch-sizes 1024,512,256,128,64,32,16,8 \
@@ -274,7 +284,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, flushes, output-store, full-lines, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, flushes, output-store, block-order, full-lines, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac
