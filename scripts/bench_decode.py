@@ -66,9 +66,9 @@ VARIANT_ROUNDS rounds: what a golden with FMAs in those places could gain; not b
 (``kernels.replay.replay_tokens``: the conv and the recurrent step in one kernel, the conv state
 written by a second) against vLLM's decode step and ours, with its bits compared with ours.
 ``--registers``, ``--prefetch``, ``--early-loads``, ``--l2-prefetch``, ``--output-store``,
-``--block-order``, ``--full-lines`` and ``--pipelined`` time those sets of VARIANTS the same
-way: ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py`` (the state two blocks
-ahead in flight),
+``--block-order``, ``--full-lines``, ``--pipelined`` and ``--tma`` time those sets of VARIANTS
+the same way: ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py`` (the state two
+blocks ahead in flight),
 ``harness/loads_ahead_kernel.py`` (every load that does not depend on the state's block issued
 first; the state asked into L2 ahead, one bulk prefetch: a program's whole range first, or
 blocks ahead in the loop; each block's outputs stored from the K-sum's layout, not through
@@ -78,7 +78,9 @@ ours with each warp's load of the state covering whole 128-byte lines (8 lanes
 x 16 bytes of 4 value rows, where ours' split of K takes half lines of 8 rows with a 2-byte
 state) and ``harness/pipelined_kernel.py``
 (the loop over blocks software-pipelined by Triton, the next blocks' state copied into shared
-memory asynchronously, at 2 to 4 stages), some also at other shapes, with ours there;
+memory asynchronously, at 2 to 4 stages), ``harness/tma_kernel.py`` (that loop with the
+state's blocks read through a tensor descriptor: the Tensor Memory Accelerator's bulk copies on
+sm_90), some also at other shapes, with ours there;
 ``same_bits`` says whether each variant's output and state were bitwise ours after one call.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;
@@ -114,6 +116,7 @@ from pathlib import Path
 
 import checkout  # noqa: F401 - this checkout first on sys.path
 import torch
+import triton
 
 from gdn_evidence.harness import launch_shapes
 from gdn_evidence.harness.agreement import Providers, load_providers
@@ -130,6 +133,8 @@ from gdn_evidence.harness.pipelined_kernel import SHAPES as PIPELINED_SHAPES
 from gdn_evidence.harness.prefetch_kernel import prefetch_two_kernel
 from gdn_evidence.harness.profiling import Between, between, kernel_time
 from gdn_evidence.harness.provenance import provenance
+from gdn_evidence.harness.tma_kernel import TMA, tma_kernel
+from gdn_evidence.harness.tma_kernel import allocate as tma_scratch
 from gdn_evidence.harness.what_if_kernel import launch_grouped
 from vllm_gdn_invariant import golden
 from vllm_gdn_invariant.kernels import conv as conv_kernel
@@ -717,6 +722,15 @@ VARIANTS = {
         "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
         "rotated_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {"ROTATE": True}, block_order_kernel),
     },
+    # The state's blocks read through a tensor descriptor (harness/tma_kernel.py: on sm_90 bulk
+    # copies by the Tensor Memory Accelerator, STAGES - 1 blocks ahead from two stages), at the
+    # default shape and at one warp of 8 value rows taking 16 blocks in turn (with ours).
+    "tma": {
+        "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
+        **{
+            name: (fields, {"STAGES": stages}, tma_kernel) for name, (fields, stages) in TMA.items()
+        },
+    },
     # Ours with each warp's load of a slab covering whole 128-byte lines: 8 lanes x 16 bytes of
     # each of 4 value rows (ours' split covers half lines with a 2-byte state: 4 lanes x 16
     # bytes of 8 rows), at programs of a head's 128 value rows and of 32.
@@ -1146,6 +1160,8 @@ def main(argv: list[str] | None = None) -> int:
     sweep_ops = set(filter(None, args.sweep.split(",")))
     if sweep_ops - {"recurrent", "conv"}:
         parser.error("--sweep takes recurrent and conv")
+    if args.tma:
+        triton.set_allocator(tma_scratch)  # the descriptors tma_kernel makes on the device
     if args.smoke:
         if not recurrent_kernel.INTERPRETED:
             reexec_interpreted(sys.argv[1:] if argv is None else argv)

@@ -72,6 +72,10 @@
 #                 --flush read (the cold calls as 82bf7a3's engine profile timed them), against
 #                 vLLM and ours, alternating, with its bits compared with ours, B = 1024 down to
 #                 32 (alone on the GPU); source scripts/h200_layer_env.sh, no stage.sh
+#   tma           the state's blocks read through a tensor descriptor (bench_decode.py --tma:
+#                 harness/tma_kernel.py, 1 to 4 stages), --flush read, against vLLM and ours,
+#                 alternating, with its bits compared with ours, B = 1024 down to 32 (alone on
+#                 the GPU); source scripts/h200_layer_env.sh, no stage.sh
 #   full-lines    ours with each warp's load of the state covering whole 128-byte lines
 #                 (bench_decode.py --full-lines), against vLLM and ours, alternating, with its
 #                 bits compared with ours, B = 1024 down to 8 (alone on the GPU); source
@@ -218,6 +222,11 @@ case $stage in
       --ops recurrent --block-order --flush read --batch-sizes 1024,512,256,128,64,32 \
       --out "$out/bench_decode_block_order.json"
     ;;
+  tma)
+    now bench_decode_tma "$limit" python scripts/bench_decode.py --quick --rounds 1 \
+      --ops recurrent --tma --flush read --batch-sizes 1024,512,256,128,64,32 \
+      --out "$out/bench_decode_tma.json"
+    ;;
   full-lines)
     now bench_decode_full_lines "$limit" python scripts/bench_decode.py --quick --rounds 1 \
       --ops recurrent --full-lines --batch-sizes 1024,512,256,128,64,32,16,8 \
@@ -284,7 +293,7 @@ case $stage in
       tests/batch_invariance/test_gpu_kernels.py tests/gpu/test_golden_mode.py
     ;;
   *)
-    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, flushes, output-store, block-order, full-lines, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
+    echo "unknown stage $stage (eager, graphs, bench, golden-bench, golden-profile, engine-decode, golden-deep, golden-long, kernels, kernel-sweep, pipelined, loads-ahead, flushes, output-store, block-order, tma, full-lines, counters, shadow, shadow-bench, shadow-overhead, shadow-engine, shadow-profile, shadow-layer or checks)" >&2
     exit 2
     ;;
 esac
