@@ -1,6 +1,6 @@
 """docs/kernels.md quotes the H100 stages that looked for the bf16 gap's cause as their evidence
-files say: ``flushes`` and ``full-lines`` at 76abef2, ``block-order`` at 0a01ba9, ``tma`` at
-1b22dea; and the read flush against 82bf7a3's engine profile."""
+files say: ``flushes`` and ``full-lines`` at 76abef2, ``block-order`` at 0a01ba9; and the read
+flush against 82bf7a3's engine profile."""
 
 from __future__ import annotations
 
