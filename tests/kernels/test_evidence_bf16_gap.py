@@ -1,6 +1,6 @@
 """docs/kernels.md quotes the H100 stages that looked for the bf16 gap's cause as their evidence
-files say: ``flushes`` and ``full-lines`` at 76abef2, ``block-order`` at 0a01ba9; and the read
-flush against 82bf7a3's engine profile."""
+files say: ``flushes`` and ``full-lines`` at 76abef2, ``block-order`` at 0a01ba9, ``tma`` at
+a8ca534; and the read flush against 82bf7a3's engine profile."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ FLUSHES = {
 }
 FULL_LINES = RUNS / "76abef2" / "bench_decode_full_lines.json"
 BLOCK_ORDER = RUNS / "0a01ba9" / "bench_decode_block_order.json"
+TMA = RUNS / "a8ca534" / "bench_decode_tma.json"
 RUNS_AND_SETS = [
     (FLUSHES["read"], "l2_prefetch", "read"),
     (FLUSHES["rewrite"], "l2_prefetch", "rewrite"),
     (FULL_LINES, "full_lines", "rewrite"),
     (BLOCK_ORDER, "block_order", "read"),
+    (TMA, "tma", "read"),
 ]
 
 
@@ -102,6 +104,7 @@ def test_the_read_flush_is_compared_with_the_engine_as_measured():
     [
         (FULL_LINES, "--full-lines-table", "full-lines-table"),
         (BLOCK_ORDER, "--block-order-table", "block-order-table"),
+        (TMA, "--tma-table", "tma-table"),
     ],
 )
 def test_the_variant_tables_are_their_evidence_files(path, flag, marker):
@@ -134,3 +137,30 @@ def test_the_rotated_order_is_slower_from_b_64():
     doc = flat_doc()
     assert f"by {span(gaps, '.1f')} points at either shape" in doc
     assert f"within {max(control):.1f} points of ours" in doc
+
+
+def test_every_tma_variant_is_slower_than_ours_from_b_64():
+    device = {
+        (c["state_dtype"], c["batch"]): c["tma"]["speed_vs_vllm_device"]
+        for c in load(TMA)["cases"]
+        if c["batch"] >= 64
+    }
+    variants = {
+        key: {k: v for k, v in d.items() if k.startswith("tma_")} for key, d in device.items()
+    }
+    for key, d in device.items():
+        assert max(variants[key].values()) < d["ours"], key
+    bf16 = [key for key in device if key[0] == "bfloat16"]
+    fp32 = [key for key in device if key[0] == "float32"]
+    fastest = [max(variants[key].values()) for key in bf16]
+    one_stage = [v for key in bf16 for k, v in variants[key].items() if k.startswith("tma_s1")]
+    doc = flat_doc()
+    assert (
+        f"the fastest of each B ran at {span(fastest)}x vLLM against ours' "
+        f"{span([device[key]['ours'] for key in bf16])}x" in doc
+    )
+    assert f"at {span(one_stage)}x; with fp32 at most" in doc
+    assert f"at most {max(max(variants[key].values()) for key in fp32):.3f}x against" in doc
+    assert f"ours' {span([device[key]['ours'] for key in fp32])}x" in doc
+    stages = {n: [variants[key][f"tma_s{n}"] for key in bf16] for n in (2, 3)}
+    assert f"{span(stages[2], '.2f')}x with two, {span(stages[3], '.2f')}x with three" in doc
