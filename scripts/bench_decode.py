@@ -68,19 +68,18 @@ written by a second) against vLLM's decode step and ours, with its bits compared
 ``--registers``, ``--prefetch``, ``--early-loads``, ``--l2-prefetch``, ``--output-store``,
 ``--block-order``, ``--full-lines``, ``--pipelined`` and ``--tma`` time those sets of VARIANTS
 the same way: ptxas's register cap (``maxnreg``), ``harness/prefetch_kernel.py`` (the state two
-blocks ahead in flight),
-``harness/loads_ahead_kernel.py`` (every load that does not depend on the state's block issued
-first; the state asked into L2 ahead, one bulk prefetch: a program's whole range first, or
-blocks ahead in the loop; each block's outputs stored from the K-sum's layout, not through
-shared memory), ``harness/block_order_kernel.py`` (a program's blocks from block
-``i_nh % CHUNKS`` on, so that neighbouring programs are not at the same block of their heads),
-ours with each warp's load of the state covering whole 128-byte lines (8 lanes
-x 16 bytes of 4 value rows, where ours' split of K takes half lines of 8 rows with a 2-byte
-state) and ``harness/pipelined_kernel.py``
-(the loop over blocks software-pipelined by Triton, the next blocks' state copied into shared
-memory asynchronously, at 2 to 4 stages), ``harness/tma_kernel.py`` (that loop with the
-state's blocks read through a tensor descriptor: the Tensor Memory Accelerator's bulk copies on
-sm_90), some also at other shapes, with ours there;
+blocks ahead in flight), ``harness/loads_ahead_kernel.py`` (every load that does not depend on
+the state's block issued first; the state asked into L2 ahead, one bulk prefetch: a program's
+whole range first, or blocks ahead in the loop; each block's outputs stored from the K-sum's
+layout, not through shared memory), ``harness/block_order_kernel.py`` (a program's blocks from
+block ``i_nh % CHUNKS`` on, so that neighbouring programs are not at the same block of their
+heads), ours with each warp's load of the state covering whole 128-byte lines (8 lanes x 16
+bytes of 4 value rows, where ours' split of K takes half lines of 8 rows with a 2-byte state),
+``harness/pipelined_kernel.py`` (the loop over blocks software-pipelined by Triton, the next
+blocks' state copied into shared memory asynchronously, at 2 to 4 stages) and
+``harness/tma_kernel.py`` (that loop with the state's blocks read through a tensor descriptor:
+the Tensor Memory Accelerator's bulk copies on sm_90), some also at other shapes, with ours
+there;
 ``same_bits`` says whether each variant's output and state were bitwise ours after one call.
 ``--what-if`` also times, beside each recurrent case with a bf16 state,
 ``gdn_evidence/harness/what_if_kernel.py`` (ours with another K-sum order, without and with FMAs;

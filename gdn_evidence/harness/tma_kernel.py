@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from gdn_evidence.harness.pipelined_kernel import ONE_WARP_8_ROWS
 from vllm_gdn_invariant.kernels.elementary import round_to, to_fp32
 from vllm_gdn_invariant.kernels.recurrent import (
     delta_rule,
@@ -123,10 +124,12 @@ def allocate(size: int, alignment: int, stream: int | None) -> torch.Tensor:
     )
 
 
-ONE_WARP_8_ROWS_16_BLOCKS = {"block_v": 8, "num_warps": 1, "chunks": 16}
 # What ``bench_decode.py --tma`` times, name: (launch-shape fields replaced, None for the
 # default shape; stages).
 TMA = {
     **{f"tma_s{stages}": (None, stages) for stages in (1, 2, 3)},
-    **{f"tma_s{stages}_w1c16": (ONE_WARP_8_ROWS_16_BLOCKS, stages) for stages in (1, 2, 3, 4)},
+    **{
+        f"tma_s{stages}_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, stages)
+        for stages in (1, 2, 3, 4)
+    },
 }

@@ -171,6 +171,23 @@ def test_full_line_variants_run_with_ours_bits(tmp_path, bench):
     assert "vLLM/full_lines_w2c8" in bench.variants_table(report, "full_lines")
 
 
+def test_block_order_and_tma_variants_run_where_they_take_whole_blocks_with_ours_bits(
+    tmp_path, bench
+):
+    target = tmp_path / "block_order_tma.json"
+    result = run("--smoke", "--ops", "recurrent", "--block-order", "--tma", "--out", str(target))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(target.read_text())
+    for case in report["cases"]:
+        # smoke heads (V = 16): only the one-warp shape takes two blocks of 8 rows
+        assert set(case["block_order"]["configs"]) == {"w1c16", "rotated_w1c16"}
+        tma = {"w1c16", *(name for name in bench.TMA if name.endswith("_w1c16"))}
+        assert set(case["tma"]["configs"]) == tma
+        for variants in ("block_order", "tma"):
+            same = case[variants]["same_bits"]
+            assert same == dict.fromkeys(case[variants]["configs"], True)
+
+
 def test_replay_step_runs_one_token_per_row_with_the_decode_steps_bits(tmp_path, bench):
     target = tmp_path / "replay_step.json"
     result = run("--smoke", "--ops", "decode_step", "--replay-step", "--out", str(target))
