@@ -19,8 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
+from gdn_evidence.harness.loads_ahead_kernel import gate_inputs
 from gdn_evidence.harness.pipelined_kernel import ONE_WARP_8_ROWS
-from vllm_gdn_invariant.kernels.elementary import round_to, to_fp32
+from vllm_gdn_invariant.kernels.elementary import INTERPRETED, round_to, to_fp32
 from vllm_gdn_invariant.kernels.recurrent import (
     delta_rule,
     gates,
@@ -93,11 +94,14 @@ def tma_kernel(
     k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
     q, k = qk_slabs(q, k, scale, LOG2_J, LOG2_CL, LOG2_VEC, USE_QK_L2NORM)
 
-    a_val = to_fp32(tl.load(a + i_n * stride_a_row + i_hv * stride_a_col))
-    b_val = to_fp32(tl.load(b + i_n * stride_b_row + i_hv * stride_b_col))
-    A_log_val = to_fp32(tl.load(A_log + i_hv * stride_A_log))
-    dt_bias_val = to_fp32(tl.load(dt_bias + i_hv * stride_dt_bias))
-    decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
+    decay, beta = gates(
+        *gate_inputs(
+            a + i_n * stride_a_row + i_hv * stride_a_col,
+            b + i_n * stride_b_row + i_hv * stride_b_col,
+            A_log + i_hv * stride_A_log,
+            dt_bias + i_hv * stride_dt_bias,
+        )
+    )
 
     head = state + block * stride_state_block + i_hv * stride_state_head
     desc = tl.make_tensor_descriptor(
@@ -117,11 +121,9 @@ def tma_kernel(
 
 
 def allocate(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    """Global scratch for the descriptors ``tma_kernel`` makes (``triton.set_allocator``; on the
-    CPU where there is no GPU, for Triton's interpreter)."""
-    return torch.empty(
-        size, device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.int8
-    )
+    """Global scratch for the descriptors ``tma_kernel`` makes (``triton.set_allocator``): on the
+    GPU, or on the CPU under Triton's interpreter."""
+    return torch.empty(size, device="cpu" if INTERPRETED else "cuda", dtype=torch.int8)
 
 
 # What ``bench_decode.py --tma`` times, name: (launch-shape fields replaced, None for the

@@ -11,10 +11,10 @@ from .helpers import run_interpreted
 CHECK = """
 import json, torch, triton
 from gdn_evidence.harness.block_order_kernel import block_order_kernel
-from gdn_evidence.harness.tma_kernel import tma_kernel
+from gdn_evidence.harness.tma_kernel import allocate, tma_kernel
 from tests.harness.interpreted_recurrent import bit_differences, recurrent_case
 
-triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8))
+triton.set_allocator(allocate)
 VARIANTS = {
     "in order": (block_order_kernel, {"ROTATE": False}),
     "rotated": (block_order_kernel, {"ROTATE": True}),
