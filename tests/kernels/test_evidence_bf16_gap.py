@@ -82,6 +82,7 @@ def test_the_read_flush_is_compared_with_the_engine_as_measured():
     arms = load(L2_AHEAD_PROFILE)["profile"]["arms"]
     vllm, with_request, ours = (per_launch(arms[a]) for a in ARMS)
     cold = bf16_cases(FLUSHES["read"])[128]["l2_prefetch"]["kernel_cold_us"]
+    # regression bound 0.3 %, the docs' words; measured 0.24 % (vLLM's) and 0.12 % (ours)
     assert abs(cold["vllm"] / vllm - 1) <= 0.003 and abs(cold["ours"] / ours - 1) <= 0.003
     doc = flat_doc()
     assert (
