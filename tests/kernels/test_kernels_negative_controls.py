@@ -75,35 +75,20 @@ def test_fusing_the_multiply_adds_of_exp_changes_its_bits(probes):
 
 
 # Kernels that take their blocks of value rows wrongly: each replaces one line of the kernel's
-# loop over blocks (the line must be there, or the test fails), in the loop for whole blocks
-# (16 value rows, 4 blocks of 4 per program) or the one for a partial last block (3 blocks of 4:
-# the second program's last block holds no value row).
-WHOLE, PARTIAL = 4, 3  # blocks per program
+# loop over blocks (the line must be there, or the test fails).
 BLOCK_MUTATIONS = {
-    "rows_kept": ("            o_v = o_next\n", "            o_v = o_v\n", WHOLE),
-    "v_kept": ("\n            v = v_next\n", "\n            v = v\n", WHOLE),
+    "state_pointer_kept": ("p_h += BV * stride_state_v", "p_h += 0 * stride_state_v"),
+    "v_kept": ("            v = v_next\n", "            v = v\n"),
     "same_block_prefetched": (
-        "tl.where(i_c + 1 < CHUNKS, i_c + 1, i_c)",
-        "tl.where(i_c + 1 < CHUNKS, i_c, i_c)",
-        WHOLE,
-    ),
-    "partial_state_pointer_kept": (
-        "p_h += BV * stride_state_v",
-        "p_h += 0 * stride_state_v",
-        PARTIAL,
-    ),
-    "partial_v_kept": ("\n                v = v_next\n", "\n                v = v\n", PARTIAL),
-    "partial_last_block_unmasked": (
-        "mask_next = (o_v + BV < V) & (i_c + 1 < CHUNKS)",
-        "mask_next = (o_v + BV < V + BV) & (i_c + 1 < CHUNKS)",
-        PARTIAL,
+        "step = tl.where(i_c + 1 < CHUNKS, BV, 0)",
+        "step = tl.where(i_c + 1 < CHUNKS, 0, 0)",
     ),
 }
 
 
 @pytest.mark.parametrize("mutation", list(BLOCK_MUTATIONS))
 def test_a_kernel_that_takes_its_blocks_wrongly_fails(kernels, mutation, tmp_path):
-    old, new, chunks = BLOCK_MUTATIONS[mutation]
+    old, new = BLOCK_MUTATIONS[mutation]
     source = (KERNELS_DIR / "recurrent.py").read_text()
     assert source.count(old) == 1, f"the kernel no longer has {old!r}"
     path = tmp_path / f"recurrent_{mutation}.py"
@@ -118,7 +103,7 @@ def test_a_kernel_that_takes_its_blocks_wrongly_fails(kernels, mutation, tmp_pat
         dims = kernels.validation.check_recurrent_args(
             *args, case.state_indices, **case.kwargs, interpreted=True
         )
-        config = module.RecurrentConfig(4, 1, 1, 1, num_warps=1, chunks=chunks)
+        config = module.RecurrentConfig(4, 1, 1, 1, num_warps=1, chunks=4)  # 16 rows whole
         out, _ = module.launch_recurrent(*args, case.state_indices, dims, config)
         return same_bits(out, golden_out) and same_bits(state, golden_state)
 

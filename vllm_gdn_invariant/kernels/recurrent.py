@@ -213,16 +213,12 @@ def recurrent_step_kernel(
 
     # A program takes CHUNKS blocks of BV value rows, one after the other. A block is BV rows
     # x the padded width J * C = next_power_of_2(K), held as J slabs [BV, C]; slab j holds
-    # k = j * C + c. With whole blocks (V a multiple of the CHUNKS * BV rows of a program)
-    # every row is a value row, and the loop finds each block's rows from its index.
-    WHOLE_BLOCKS: tl.constexpr = CHUNKS > 1 and V % (BV * CHUNKS) == 0
+    # k = j * C + c.
     o_c = tl.arange(0, C)[None, :]
-    o_first = i_v * (CHUNKS * BV) + tl.arange(0, BV)
-    o_v = o_first
+    o_v = i_v * (CHUNKS * BV) + tl.arange(0, BV)
     mask_v = o_v < V
 
-    p_out_head = out + i_nh * V
-    p_out = p_out_head + o_v
+    p_out = out + i_nh * V + o_v
     block = tl.load(state_indices + i_n * stride_indices).to(tl.int64)
     if block <= 0:
         for i_c in tl.static_range(CHUNKS):
@@ -236,10 +232,8 @@ def recurrent_step_kernel(
     row = mixed_qkv + i_n * stride_qkv_row
     q = load_vector(row, i_h * K, stride_qkv_col, K, C, LOG2_J)
     k = load_vector(row, H * K + i_h * K, stride_qkv_col, K, C, LOG2_J)
-    p_v_head = row + (2 * H * K + i_hv * V) * stride_qkv_col
     p_v = row + (2 * H * K + i_hv * V + o_v) * stride_qkv_col
     v = to_fp32(tl.load(p_v, mask=mask_v, other=0.0))
-    p_head = state + block * stride_state_block + i_hv * stride_state_head + o_c * stride_state_k
     p_h = (
         state
         + block * stride_state_block
@@ -257,36 +251,28 @@ def recurrent_step_kernel(
     decay, beta = gates(a_val, b_val, A_log_val, dt_bias_val)
 
     for i_c in tl.range(CHUNKS):
-        # The next block's loads go out before this block's arithmetic.
-        if WHOLE_BLOCKS:  # after the last block, this block again: values nobody uses
-            o_next = o_first + tl.where(i_c + 1 < CHUNKS, i_c + 1, i_c) * BV
+        if CHUNKS > 1:  # the next block's loads go out before this block's arithmetic
+            if V % (BV * CHUNKS) == 0:  # whole blocks: after the last, this block again
+                mask_next = mask_v
+                step = tl.where(i_c + 1 < CHUNKS, BV, 0)
+            else:
+                mask_next = (o_v + BV < V) & (i_c + 1 < CHUNKS)
+                step = BV
             h_next = load_state_block(
-                p_head + o_next[:, None] * stride_state_v, mask_v, stride_state_k, K, C, J
+                p_h + step * stride_state_v, mask_next, stride_state_k, K, C, J
             )
-            v_next = to_fp32(tl.load(p_v_head + o_next * stride_qkv_col))
-        elif CHUNKS > 1:
-            mask_next = (o_v + BV < V) & (i_c + 1 < CHUNKS)
-            h_next = load_state_block(p_h + BV * stride_state_v, mask_next, stride_state_k, K, C, J)
-            v_next = to_fp32(tl.load(p_v + BV * stride_qkv_col, mask=mask_next, other=0.0))
+            v_next = to_fp32(tl.load(p_v + step * stride_qkv_col, mask=mask_next, other=0.0))
         h, o = delta_rule(h, q, k, v, decay, beta, BV, K, LOG2_J, LOG2_CL, LOG2_VEC)
-        if WHOLE_BLOCKS:
-            p_rows = p_head + o_v[:, None] * stride_state_v
-            store_state_block(p_rows, h, mask_v, stride_state_k, K, C, J)
-            tl.store(p_out_head + o_v, round_to(o, out.dtype.element_ty))
+        store_state_block(p_h, h, mask_v, stride_state_k, K, C, J)
+        tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
+        if CHUNKS > 1:
             h = h_next
             v = v_next
-            o_v = o_next
-        else:
-            store_state_block(p_h, h, mask_v, stride_state_k, K, C, J)
-            tl.store(p_out, round_to(o, out.dtype.element_ty), mask=mask_v)
-            if CHUNKS > 1:
-                h = h_next
-                v = v_next
-                mask_v = mask_next
-                o_v += BV
-                p_h += BV * stride_state_v
-                p_v += BV * stride_qkv_col
-                p_out += BV
+            mask_v = mask_next
+            o_v += BV
+            p_h += BV * stride_state_v
+            p_v += BV * stride_qkv_col
+            p_out += BV
 
 
 @triton.jit
