@@ -36,7 +36,9 @@
 #                 Mamba cache blocks, and vLLM refused its default 1024 sequences
 #   golden-long   the acceptance run of mode golden against mode route: golden-deep's model,
 #                 golden-bench's workloads (1536 new tokens, rounds of ~12.5 s per arm with 24
-#                 layers on an H100, and inter-token latency), 7 rounds, no profile
+#                 layers on an H100, and inter-token latency), 7 rounds, no profile, vLLM's
+#                 engine stats on (each round's preemptions), $OUT/gpu_samples.csv beside it
+#                 (nvidia-smi every 2 s; the rounds' started_at lines them up)
 #                 (copy $OUT/bench_engine_golden_long.json to docs/evidence/bench_engine_golden.json)
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
@@ -123,6 +125,14 @@ job() {  # job NAME COMMAND...: run in the background, cut at $limit, log to $ou
   timeout "$limit" "$@" > "$out/$name.log" 2>&1 &
   pids+=($!)
 }
+sampler=
+samples() {  # samples FILE: the GPU's clocks, power, temperature, clock event reasons and
+  # utilization every 2 s, in the background until the stage's jobs end
+  [ -n "$dry" ] && return
+  nvidia-smi --format=csv -l 2 --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,\
+temperature.gpu,clocks_event_reasons.active,utilization.gpu > "$1" 2>&1 &
+  sampler=$!
+}
 now() {  # now NAME SECONDS COMMAND...: run in the foreground, cut at SECONDS
   local name=$1 seconds=$2
   shift 2
@@ -176,10 +186,12 @@ case $stage in
       --profile-rounds 3 --out "$out/bench_engine_golden_deep.json"
     ;;
   golden-long)
+    samples "$out/gpu_samples.csv"
     job bench_engine_golden_long python scripts/bench_engine.py --arms route,golden \
       --workloads decode,itl --decode-new-tokens 1536 --rounds 7 --start-timeout 400 \
       --pin-cpus --num-layers "${DEEP_LAYERS:-24}" --gpu-memory-utilization 0.4 \
-      --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --out "$out/bench_engine_golden_long.json"
+      --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --log-stats \
+      --out "$out/bench_engine_golden_long.json"
     ;;
   kernels)
     now pytest_kernels 300 python -m pytest -q -p no:cacheprovider -rs \
@@ -302,4 +314,5 @@ for pid in "${pids[@]}"; do
   wait "$pid"
   echo "job pid $pid exit $?"
 done
+[ -n "$sampler" ] && kill "$sampler"
 tail -n 4 "$out"/*.log

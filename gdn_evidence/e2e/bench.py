@@ -27,7 +27,11 @@ Workloads, per arm and round:
   (``--decode-new-tokens``), all at once; output tokens per second.
 
 ``--workloads`` picks them (default ``throughput,prefill,itl``); a ratio or target whose
-workload did not run is left out. ``spread`` in ``ratio_spread`` is a round ratio's range over
+workload did not run is left out. Each timed workload's answer carries ``started_at`` (Unix
+time, to line it up with GPU samples taken beside the run) and, with ``--log-stats`` (vLLM's
+engine stats on, as ``vllm serve`` has them), ``preempted``: the requests its engine preempted
+during it. Each engine's entry in ``engines`` keeps vLLM's line with its KV cache capacity
+(``kv_cache``). ``spread`` in ``ratio_spread`` is a round ratio's range over
 its median, ``(max - min) / median``, reported with the rounds' count, the median and a
 distribution-free 95 % interval for it (``median_interval``). ``--pin-cpus`` runs each
 engine's processes on a disjoint share of the CPUs (``pinned_cpus`` in the provenance's engine
@@ -111,11 +115,19 @@ MAX_DECODE_NEW_TOKENS = 1792  # with the prompt's tokens, within max_model_len (
 PROFILE_WORKLOADS = ("throughput", "decode")
 PROFILE_DECODE_NEW_TOKENS = 128  # a profiled decode run: the decode prompts, this many tokens
 WARMED = "warmed"  # the op an engine answers once its warm-ups are done
+PREEMPTIONS = "vllm:num_preemptions"  # vLLM's counter of preempted requests
+KV_CACHE_LINE = "KV cache size"  # vLLM's startup line with the KV cache's capacity
 
 
 def throughput_prompts() -> list[str]:
     lengths = [64 + (i * 379) % 961 for i in range(THROUGHPUT_PROMPTS)]  # 64..1024
     return [words(n, start=13 * i) for i, n in enumerate(lengths)]
+
+
+def preemption_count(metrics: list[Any]) -> int:
+    """The requests vLLM preempted, from ``LLM.get_metrics()``: the sum of its
+    ``vllm:num_preemptions`` counters (one per engine core)."""
+    return sum(int(m.value) for m in metrics if m.name == PREEMPTIONS)
 
 
 # --- an engine, in its own process --------------------------------------------------------
@@ -150,6 +162,13 @@ def serve(spec: dict[str, Any]) -> None:
         seconds = time.perf_counter() - t0
         return seconds, sum(len(o.outputs[0].token_ids) for o in outputs)
 
+    def preemptions() -> int | None:
+        """The engine's preempted requests so far (vLLM's ``vllm:num_preemptions``), None
+        without its stats."""
+        if not spec.get("log_stats"):
+            return None
+        return preemption_count(llm.get_metrics())
+
     profiled: set[Path] = set()
     timed(long_prompts, new_tokens)  # warm-up: every shape the timed workloads reach
     timed(short_prompts, itl_tokens + 1)
@@ -161,17 +180,19 @@ def serve(spec: dict[str, Any]) -> None:
             break
         if op == WARMED:  # read only after the warm-ups above
             say(op, {})
-        elif op == "throughput":
+            continue
+        started_at, preempted_before = time.time(), preemptions()
+        if op == "throughput":
             seconds, new = timed(long_prompts, new_tokens)
             total = new + sum(len(p.split()) for p in long_prompts)
-            rates = {"output_tok_s": new / seconds, "total_tok_s": total / seconds}
-            say(op, {"seconds": seconds, **rates})
+            payload = {"seconds": seconds, "output_tok_s": new / seconds}
+            payload["total_tok_s"] = total / seconds
         elif op == "prefill":
             seconds, _ = timed(long_prompts, 1)
-            say(op, {"seconds": seconds})
+            payload = {"seconds": seconds}
         elif op == "decode":
             seconds, new = timed(decode_prompts, decode_tokens)
-            say(op, {"seconds": seconds, "output_tok_s": new / seconds})
+            payload = {"seconds": seconds, "output_tok_s": new / seconds}
         elif op == "profile" and profile_dir is not None:
             if spec.get("profile_workload", "throughput") == "decode":
                 prompts, tokens = decode_prompts, PROFILE_DECODE_NEW_TOKENS // scale
@@ -182,13 +203,18 @@ def serve(spec: dict[str, Any]) -> None:
             llm.stop_profile()
             traces = trace_files(profile_dir, earlier=frozenset(profiled))
             profiled.update(traces)  # a later profile reads its own traces only
-            say(op, {"seconds": seconds, **kernel_time_summary(traces)})
+            payload = {"seconds": seconds, **kernel_time_summary(traces)}
         elif op == "itl":
             first, _ = timed(short_prompts, 1)
             full, _ = timed(short_prompts, itl_tokens + 1)
-            say(op, {"itl_ms": 1000 * (full - first) / itl_tokens, "seconds": full})
+            payload = {"itl_ms": 1000 * (full - first) / itl_tokens, "seconds": full}
         else:
             say("FAILED", {"error": f"unknown op {op!r}"})
+            continue
+        payload["started_at"] = round(started_at, 3)  # Unix time: lines up with GPU samples
+        if preempted_before is not None:
+            payload["preempted"] = preemptions() - preempted_before
+        say(op, payload)
 
 
 def profile_folder(spec: dict[str, Any]) -> Path | None:
@@ -217,6 +243,8 @@ def serve_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
     )
     if spec.get("max_num_seqs"):
         kwargs["max_num_seqs"] = spec["max_num_seqs"]
+    if spec.get("log_stats"):
+        kwargs["disable_log_stats"] = False
     profile_dir = profile_folder(spec)
     if profile_dir is not None:
         kwargs["profiler_config"] = {
@@ -420,6 +448,12 @@ class Engine:
         """:class:`EngineLost` for ``op`` from the engine's answer ``payload`` and its log."""
         returncode = payload.get("returncode", self.proc.poll())
         return EngineLost(self.arm, op, status, returncode, payload.get("error"), self.log_text())
+
+    def kv_cache_lines(self) -> list[str]:
+        """vLLM's lines with the engine's KV cache capacity (tokens, and the concurrency it
+        allows at the model's length)."""
+        lines = self.log_text().splitlines()
+        return [line.strip() for line in lines if KV_CACHE_LINE in line][:2]
 
     def plugin_lines(self) -> list[str]:
         """The plugin's one-line reports of this engine's processes."""
@@ -776,6 +810,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run each engine's processes on its own share of this process's CPUs (disjoint "
         "sets, os.sched_setaffinity), so that no engine's host work lands on another's CPUs",
     )
+    parser.add_argument(
+        "--log-stats",
+        action="store_true",
+        help="vLLM's engine stats on, as vllm serve has them (LLM turns them off): each timed "
+        "workload then reports the requests its engine preempted during it (preempted)",
+    )
     parser.add_argument("--start-timeout", type=float, default=420.0)
     parser.add_argument("--op-timeout", type=float, default=120.0)
     parser.add_argument(
@@ -891,6 +931,7 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": workloads,
         "decode_new_tokens": args.decode_new_tokens,
         "pinned_cpus": pinned or None,
+        "log_stats": args.log_stats,
     }
     info = provenance.provenance(
         script="scripts/bench_engine.py",
@@ -924,6 +965,7 @@ def main(argv: list[str] | None = None) -> int:
                 report["engines"][arm] = {"status": kind, **payload}
         for arm, engine in engines.items():
             report["engines"][arm]["plugin_log"] = engine.plugin_lines()
+            report["engines"][arm]["kv_cache"] = engine.kv_cache_lines()
             if report["engines"][arm]["status"] != "READY":
                 report["engines"][arm]["root_cause"] = root_cause(engine.log_text())
         write()
