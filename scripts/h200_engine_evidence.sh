@@ -37,8 +37,9 @@
 #   golden-long   the acceptance run of mode golden against mode route: golden-deep's model,
 #                 golden-bench's workloads (1536 new tokens, rounds of ~12.5 s per arm with 24
 #                 layers on an H100, and inter-token latency), 7 rounds, no profile, vLLM's
-#                 engine stats on (each round's preemptions), $OUT/gpu_samples.csv beside it
-#                 (nvidia-smi every 2 s; the rounds' started_at lines them up)
+#                 engine stats on (each round's preemptions), $OUT/gpu_samples.csv and
+#                 gpu_samples_cpu.txt beside it (nvidia-smi and /proc/stat every 2 s; the
+#                 rounds' started_at lines them up)
 #                 (copy $OUT/bench_engine_golden_long.json to docs/evidence/bench_engine_golden.json)
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
@@ -125,13 +126,17 @@ job() {  # job NAME COMMAND...: run in the background, cut at $limit, log to $ou
   timeout "$limit" "$@" > "$out/$name.log" 2>&1 &
   pids+=($!)
 }
-sampler=
-samples() {  # samples FILE: the GPU's clocks, power, temperature, clock event reasons and
-  # utilization every 2 s, in the background until the stage's jobs end
+samplers=()
+samples() {  # samples NAME: every 2 s until the stage's jobs end, the GPU's clocks, power,
+  # temperature, clock event reasons and utilization ($out/NAME.csv), and the host's CPU time
+  # by kind, steal included ($out/NAME_cpu.txt: Unix time, then /proc/stat's cpu line)
   [ -n "$dry" ] && return
   nvidia-smi --format=csv -l 2 --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,\
-temperature.gpu,clocks_event_reasons.active,utilization.gpu > "$1" 2>&1 &
-  sampler=$!
+temperature.gpu,clocks_event_reasons.active,utilization.gpu > "$out/$1.csv" 2>&1 &
+  samplers+=($!)
+  while true; do echo "$(date +%s.%N) $(head -n 1 /proc/stat)"; sleep 2; done \
+    > "$out/$1_cpu.txt" &
+  samplers+=($!)
 }
 now() {  # now NAME SECONDS COMMAND...: run in the foreground, cut at SECONDS
   local name=$1 seconds=$2
@@ -186,7 +191,7 @@ case $stage in
       --profile-rounds 3 --out "$out/bench_engine_golden_deep.json"
     ;;
   golden-long)
-    samples "$out/gpu_samples.csv"
+    samples gpu_samples
     job bench_engine_golden_long python scripts/bench_engine.py --arms route,golden \
       --workloads decode,itl --decode-new-tokens 1536 --rounds 7 --start-timeout 400 \
       --pin-cpus --num-layers "${DEEP_LAYERS:-24}" --gpu-memory-utilization 0.4 \
@@ -314,5 +319,5 @@ for pid in "${pids[@]}"; do
   wait "$pid"
   echo "job pid $pid exit $?"
 done
-[ -n "$sampler" ] && kill "$sampler"
+[ ${#samplers[@]} -gt 0 ] && kill "${samplers[@]}"
 tail -n 4 "$out"/*.log
