@@ -185,8 +185,11 @@ def serve(spec: dict[str, Any]) -> None:
         if op == "throughput":
             seconds, new = timed(long_prompts, new_tokens)
             total = new + sum(len(p.split()) for p in long_prompts)
-            payload = {"seconds": seconds, "output_tok_s": new / seconds}
-            payload["total_tok_s"] = total / seconds
+            payload = {
+                "seconds": seconds,
+                "output_tok_s": new / seconds,
+                "total_tok_s": total / seconds,
+            }
         elif op == "prefill":
             seconds, _ = timed(long_prompts, 1)
             payload = {"seconds": seconds}

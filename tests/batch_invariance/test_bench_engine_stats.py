@@ -81,7 +81,8 @@ def serve(monkeypatch, capsys, ops: list[str], **settings) -> dict[str, dict]:
 
 def test_each_timed_workload_says_when_it_started_and_what_it_preempted(monkeypatch, capsys):
     before = time.time()
-    answers = serve(monkeypatch, capsys, [bench.WARMED, "decode", "itl"], log_stats=True)
+    ops = [bench.WARMED, "decode", "itl", "throughput", "prefill"]
+    answers = serve(monkeypatch, capsys, ops, log_stats=True)
     assert StandInLLM.made[0]["disable_log_stats"] is False
     assert answers[bench.WARMED] == {}
     decode, itl = answers["decode"], answers["itl"]
@@ -90,6 +91,10 @@ def test_each_timed_workload_says_when_it_started_and_what_it_preempted(monkeypa
     assert decode["preempted"] == PREEMPTED_PER_GENERATE
     assert itl["preempted"] == 2 * PREEMPTED_PER_GENERATE  # two generate calls
     assert decode["output_tok_s"] > 0 and "itl_ms" in itl
+    for op in ("throughput", "prefill"):
+        assert answers[op]["preempted"] == PREEMPTED_PER_GENERATE
+        assert itl["started_at"] <= answers[op]["started_at"]
+    assert answers["throughput"]["total_tok_s"] > answers["throughput"]["output_tok_s"]
 
 
 def test_without_log_stats_the_engine_keeps_vllms_default_and_counts_nothing(monkeypatch, capsys):
