@@ -218,7 +218,8 @@ def spec(**settings):
     return {**base, **settings}
 
 
-def test_max_num_seqs_reaches_the_engine_spec_and_its_llm_arguments(tmp_path, monkeypatch):
+def engine_specs(monkeypatch, argv: list[str]) -> list[dict]:
+    """The engine specs ``bench.main(argv)`` makes, the run stopped at its first engine."""
     specs: list[dict] = []
 
     class Recorded(Exception):
@@ -229,9 +230,14 @@ def test_max_num_seqs_reaches_the_engine_spec_and_its_llm_arguments(tmp_path, mo
         raise Recorded
 
     monkeypatch.setattr(bench, "Engine", engine)
-    argv = ["--out", str(tmp_path / "bench.json"), "--tiny", "--max-num-seqs", "512"]
     with pytest.raises(Recorded):
         bench.main(argv)
+    return specs
+
+
+def test_max_num_seqs_reaches_the_engine_spec_and_its_llm_arguments(tmp_path, monkeypatch):
+    argv = ["--out", str(tmp_path / "bench.json"), "--tiny", "--max-num-seqs", "512"]
+    specs = engine_specs(monkeypatch, argv)
     assert specs[0]["max_num_seqs"] == 512
     report = json.loads((tmp_path / "bench.json").read_text())
     assert report["provenance"]["engine"]["max_num_seqs"] == 512

@@ -11,9 +11,9 @@ import time
 import types
 from types import SimpleNamespace
 
-import pytest
-
 from gdn_evidence.e2e import bench
+
+from .test_bench_engine_loss import engine_specs
 
 PREEMPTED_PER_GENERATE = 2  # the stand-in preempts this many requests per generate call
 
@@ -126,19 +126,8 @@ def test_the_kv_cache_lines_are_vllms_capacity_lines():
 
 
 def test_log_stats_reaches_the_engine_spec_and_the_provenance(tmp_path, monkeypatch):
-    specs: list[dict] = []
-
-    class Recorded(Exception):
-        pass
-
-    def engine(arm, spec, site, log, cpus=None):
-        specs.append(spec)
-        raise Recorded
-
-    monkeypatch.setattr(bench, "Engine", engine)
-    with pytest.raises(Recorded):
-        bench.main(["--out", str(tmp_path / "bench.json"), "--tiny", "--log-stats"])
-    assert specs[0]["log_stats"] is True
+    argv = ["--out", str(tmp_path / "bench.json"), "--tiny", "--log-stats"]
+    assert engine_specs(monkeypatch, argv)[0]["log_stats"] is True
     report = json.loads((tmp_path / "bench.json").read_text())
     assert report["provenance"]["engine"]["log_stats"] is True
     assert bench.build_parser().parse_args([]).log_stats is False
