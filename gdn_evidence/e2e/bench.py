@@ -7,9 +7,11 @@ mode route, batch-invariant mode off), ``bi`` (the plugin with ``VLLM_BATCH_INVA
 Each engine runs every workload once untimed after it starts, and the first round begins
 once every engine has answered that its warm-up is done (``warm_wait_seconds`` per engine:
 how long the run waited for it), so that no timed round shares the GPU with another engine's
-warm-up. They run the same workloads in rounds, the order rotating every round, so that every
-arm sees the same machine conditions; medians over rounds are reported with the ratios
-``route / vllm`` (target >= 0.99 in throughput), ``bi / vllm`` (target: overhead below
+warm-up; ``--settle-rounds N`` then runs N rounds that are not timed (``settle_rounds``), so
+that no engine's first timed run is its first after the warm-ups. They run the same workloads
+in rounds, the order rotating every round, so that every arm sees the same machine conditions;
+medians over rounds are reported with the ratios ``route / vllm`` (target >= 0.99 in
+throughput), ``bi / vllm`` (target: overhead below
 SGLang's reported 34 %) and ``golden / route`` (target >= 0.99 in decode throughput), and the
 same ratios round by round with their spread. A target is ``met`` only when every round's ratio
 clears it, ``not met`` when none does, and ``inconclusive`` otherwise.
@@ -56,8 +58,8 @@ deep model's engine refuses to start where vLLM's default exceeds its Mamba cach
 An engine that exits, answers FAILED or gives no answer in ``--op-timeout`` during the wait
 for the warm-ups, the rounds or the profile ends the run: its entry in ``engines`` records
 ``status`` (``DIED``, ``FAILED`` or ``TIMEOUT``), the ``op`` and ``round`` it was asked (round
-0: the wait for its warm-up), its ``returncode`` where it has exited, the ``error``, the
-``root_cause`` line and the last lines of its log (``log_tail``); the
+0: the wait for its warm-up or a settling round), its ``returncode`` where it has exited, the
+``error``, the ``root_cause`` line and the last lines of its log (``log_tail``); the
 rounds finished before it and their summary stay, one line on stderr names it, and the exit
 status is 1.
 """
@@ -778,6 +780,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", type=Path, help="JSON file to write")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--settle-rounds",
+        type=int,
+        default=0,
+        help="rounds of the same workloads run before the timed ones, arms alternating, and "
+        "left out of the summary (settle_rounds in the report): the first timed round is then "
+        "no engine's first run after the warm-ups",
+    )
     parser.add_argument("--arms", default="vllm,route,bi", help=f"of {', '.join(ARMS)}")
     parser.add_argument(
         "--workloads",
@@ -885,6 +895,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--arms: {', '.join(unknown) or 'empty'}; valid: {', '.join(ARMS)}")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.settle_rounds < 0:
+        parser.error("--settle-rounds must be 0 or more")
     if not 1 <= args.decode_new_tokens <= MAX_DECODE_NEW_TOKENS:
         parser.error(f"--decode-new-tokens must be 1 to {MAX_DECODE_NEW_TOKENS}")
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -977,6 +989,13 @@ def main(argv: list[str] | None = None) -> int:
             waited = time.monotonic()
             ask_round(engines[arm], [WARMED], args.op_timeout, 0)
             report["engines"][arm]["warm_wait_seconds"] = round(time.monotonic() - waited, 1)
+        for r in range(args.settle_rounds):  # untimed: every engine has run before round 1
+            order = round_order(ready, r)
+            settled: dict[str, Any] = {"order": order}
+            for arm in order:
+                settled[arm] = ask_round(engines[arm], workloads, args.op_timeout, 0)
+            report.setdefault("settle_rounds", []).append(settled)
+            write()
         for r in range(args.rounds):
             order = round_order(ready, r)
             done: dict[str, Any] = {"order": order}

@@ -204,6 +204,44 @@ def test_the_first_round_waits_for_every_engines_warm_up(tmp_path, monkeypatch):
     assert report["engines"]["route"]["warm_wait_seconds"] < 0.9
 
 
+@pytest.mark.parametrize("settle", [0, 1])
+def test_settling_rounds_run_untimed_before_the_timed_ones(tmp_path, monkeypatch, settle):
+    """With ``--settle-rounds 1`` each engine answers one round more than the timed ones, before
+    them, and the summary covers the timed rounds only; without it (the control) the first
+    timed round is each engine's first run after its warm-ups."""
+    logs: dict[str, str] = {}
+
+    class Recorded(bench.Engine):
+        def stop(self) -> None:
+            logs[self.arm] = self.log_text()
+            super().stop()
+
+    def engine(arm, spec, site, log, cpus=None):
+        return Recorded(arm, spec, site, log, cpus, stand_in(arm, 0, "exit"))
+
+    monkeypatch.setattr(bench, "Engine", engine)
+    out = tmp_path / "bench.json"
+    argv = ["--out", str(out), "--tiny", "--arms", "route,golden", "--workloads", "decode"]
+    assert bench.main([*argv, "--rounds", "2", "--settle-rounds", str(settle)]) == 0
+    report = json.loads(out.read_text())
+    assert len(report.get("settle_rounds", [])) == settle and len(report["rounds"]) == 2
+    ratios = report["summary"]["round_ratios"]["golden"]["decode_throughput_vs_route"]
+    assert len(ratios) == 2
+    for arm in ("route", "golden"):
+        assert len(answered(logs[arm])["decode"]) == 2 + settle
+    if settle:
+        assert report["settle_rounds"][0]["order"] == ["route", "golden"]
+        assert set(report["settle_rounds"][0]["route"]) == {"decode"}
+
+
+def test_settle_rounds_take_zero_or_more(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--out", str(out), "--tiny", "--settle-rounds", "-1"])
+    assert info.value.code == 2 and not out.exists()
+    assert "--settle-rounds must be 0 or more" in capsys.readouterr().err
+
+
 def spec(**settings):
     base = {
         "arm": "route",
