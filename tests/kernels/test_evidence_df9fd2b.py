@@ -136,3 +136,20 @@ def test_the_readme_quotes_the_runs():
         f"(medians of the round ratios {medians[0]:.4f} and {medians[1]:.4f}, latency "
         f"{latency[0]:.4f}× and {latency[1]:.4f}×)" in readme
     )
+
+
+def test_the_clock_event_counters_are_quoted():
+    text = (RUN / "nvidia_smi_between_runs.txt").read_text()
+    counters = {
+        name.strip(): int(value.split()[0])
+        for name, value in (
+            line.split(":", 1) for line in text.splitlines() if line.endswith(" us")
+        )
+    }
+    assert counters["SW Thermal Slowdown"] == counters["HW Thermal Slowdown"] == 0
+    assert counters["HW Power Braking"] == 0
+    capped = counters["SW Power Capping"] / 1e6
+    assert (
+        f"showed {capped:.1f} s of software power capping since the machine started and no "
+        "thermal or power-brake slowdown" in flat_doc()
+    )
