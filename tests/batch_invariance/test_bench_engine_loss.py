@@ -177,10 +177,9 @@ def answered(log: str) -> dict[str, list[float]]:
     return times
 
 
-def test_the_first_round_waits_for_every_engines_warm_up(tmp_path, monkeypatch):
-    """``golden`` answers the warm-up op 1 s late (its warm-ups still running): ``route``, first
-    in round 1, is asked its first timed op only after that answer, and each engine's wait is
-    recorded. Without the wait, route's round 1 would run beside golden's warm-up."""
+def stand_in_engines(monkeypatch, slow_warm: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every engine ``bench.main`` starts a stand-in that answers every op (the arms in
+    ``slow_warm`` answer the warm-up op 1 s late); returns each arm's log, filled as it stops."""
     logs: dict[str, str] = {}
 
     class Recorded(bench.Engine):
@@ -189,10 +188,18 @@ def test_the_first_round_waits_for_every_engines_warm_up(tmp_path, monkeypatch):
             super().stop()
 
     def engine(arm, spec, site, log, cpus=None):
-        how = "slow_warm" if arm == "golden" else "exit"
+        how = "slow_warm" if arm in slow_warm else "exit"
         return Recorded(arm, spec, site, log, cpus, stand_in(arm, 0, how))
 
     monkeypatch.setattr(bench, "Engine", engine)
+    return logs
+
+
+def test_the_first_round_waits_for_every_engines_warm_up(tmp_path, monkeypatch):
+    """``golden`` answers the warm-up op 1 s late (its warm-ups still running): ``route``, first
+    in round 1, is asked its first timed op only after that answer, and each engine's wait is
+    recorded. Without the wait, route's round 1 would run beside golden's warm-up."""
+    logs = stand_in_engines(monkeypatch, slow_warm=("golden",))
     out = tmp_path / "bench.json"
     argv = ["--out", str(out), "--tiny", "--arms", "route,golden", "--workloads", "decode"]
     assert bench.main([*argv, "--rounds", "2"]) == 0
@@ -209,17 +216,7 @@ def test_settling_rounds_run_untimed_before_the_timed_ones(tmp_path, monkeypatch
     """With ``--settle-rounds 1`` each engine answers one round more than the timed ones, before
     them, and the summary covers the timed rounds only; without it (the control) the first
     timed round is each engine's first run after its warm-ups."""
-    logs: dict[str, str] = {}
-
-    class Recorded(bench.Engine):
-        def stop(self) -> None:
-            logs[self.arm] = self.log_text()
-            super().stop()
-
-    def engine(arm, spec, site, log, cpus=None):
-        return Recorded(arm, spec, site, log, cpus, stand_in(arm, 0, "exit"))
-
-    monkeypatch.setattr(bench, "Engine", engine)
+    logs = stand_in_engines(monkeypatch)
     out = tmp_path / "bench.json"
     argv = ["--out", str(out), "--tiny", "--arms", "route,golden", "--workloads", "decode"]
     assert bench.main([*argv, "--rounds", "2", "--settle-rounds", str(settle)]) == 0
