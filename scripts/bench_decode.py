@@ -654,6 +654,9 @@ def time_what_if(arms: dict, x: dict, vllm_us: float, clock: GpuClock) -> dict:
 
 
 VARIANT_ROUNDS = 5
+# One warp of 8 value rows taking 8 or 16 blocks in turn (the pipelined set's "w1c16").
+W1C8 = ONE_WARP_8_ROWS | {"chunks": 8}
+W1C16 = PIPELINED_SHAPES["w1c16"]
 FULL_LINES = {"row_elements": 16, "vector_bytes": 16}  # 8 lanes x 16 bytes along K
 # (value rows per block, warps, blocks per program) of VARIANTS["full_lines"]
 FULL_LINE_PROGRAMS = ((16, 2, 8), (8, 2, 16), (8, 1, 16), (16, 1, 8), (4, 1, 32), (32, 2, 4))
@@ -676,16 +679,16 @@ VARIANTS = {
     "registers": {
         "maxnreg_168": (None, {"maxnreg": 168}, None),
         "maxnreg_255": (None, {"maxnreg": 255}, None),
-        "w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, None),
-        "w1c8_maxnreg_168": (ONE_WARP_8_ROWS | {"chunks": 8}, {"maxnreg": 168}, None),
-        "w1c8_maxnreg_255": (ONE_WARP_8_ROWS | {"chunks": 8}, {"maxnreg": 255}, None),
+        "w1c8": (W1C8, {}, None),
+        "w1c8_maxnreg_168": (W1C8, {"maxnreg": 168}, None),
+        "w1c8_maxnreg_255": (W1C8, {"maxnreg": 255}, None),
     },
     # The state two blocks ahead in flight (harness/prefetch_kernel.py), at the default shape
     # and at one warp of 8 value rows taking 16 blocks in turn (with ours at that shape).
     "prefetch": {
         "prefetch_two": (None, {}, prefetch_two_kernel),
-        "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
-        "prefetch_two_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, prefetch_two_kernel),
+        "w1c16": (W1C16, {}, None),
+        "prefetch_two_w1c16": (W1C16, {}, prefetch_two_kernel),
     },
     # Every load that does not depend on the state's block issued first
     # (harness/loads_ahead_kernel.py), at the default shape.
@@ -699,11 +702,11 @@ VARIANTS = {
         "l2_ahead_1": (None, l2_ahead(1), loads_ahead_kernel),
         "l2_ahead_2": (None, l2_ahead(2), loads_ahead_kernel),
         "early_l2_ahead_2": (None, l2_ahead(2) | {"EARLY_LOADS": True}, loads_ahead_kernel),
-        "w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, None),
-        "l2_prefetch_w1c8": (ONE_WARP_8_ROWS | {"chunks": 8}, {}, l2_prefetch_kernel),
-        "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
-        "l2_prefetch_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, l2_prefetch_kernel),
-        "l2_ahead_2_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, l2_ahead(2), loads_ahead_kernel),
+        "w1c8": (W1C8, {}, None),
+        "l2_prefetch_w1c8": (W1C8, {}, l2_prefetch_kernel),
+        "w1c16": (W1C16, {}, None),
+        "l2_prefetch_w1c16": (W1C16, {}, l2_prefetch_kernel),
+        "l2_ahead_2_w1c16": (W1C16, l2_ahead(2), loads_ahead_kernel),
     },
     # Each block's outputs stored from the K-sum's layout (harness/loads_ahead_kernel.py's
     # OUT_AS_HELD) instead of through shared memory: ours with that store, at every shape, and
@@ -718,14 +721,14 @@ VARIANTS = {
     "block_order": {
         "in_order": (None, {"ROTATE": False}, block_order_kernel),
         "rotated": (None, {"ROTATE": True}, block_order_kernel),
-        "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
-        "rotated_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {"ROTATE": True}, block_order_kernel),
+        "w1c16": (W1C16, {}, None),
+        "rotated_w1c16": (W1C16, {"ROTATE": True}, block_order_kernel),
     },
     # The state's blocks read through a tensor descriptor (harness/tma_kernel.py: on sm_90 bulk
     # copies by the Tensor Memory Accelerator, STAGES - 1 blocks ahead from two stages), at the
     # default shape and at one warp of 8 value rows taking 16 blocks in turn (with ours).
     "tma": {
-        "w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, {}, None),
+        "w1c16": (W1C16, {}, None),
         **{
             name: (fields, {"STAGES": stages}, tma_kernel) for name, (fields, stages) in TMA.items()
         },

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from gdn_evidence.harness.loads_ahead_kernel import gate_inputs
-from gdn_evidence.harness.pipelined_kernel import ONE_WARP_8_ROWS
+from gdn_evidence.harness.pipelined_kernel import SHAPES
 from vllm_gdn_invariant.kernels.elementary import INTERPRETED, round_to, to_fp32
 from vllm_gdn_invariant.kernels.recurrent import (
     delta_rule,
@@ -130,8 +130,5 @@ def allocate(size: int, alignment: int, stream: int | None) -> torch.Tensor:
 # default shape; stages).
 TMA = {
     **{f"tma_s{stages}": (None, stages) for stages in (1, 2, 3)},
-    **{
-        f"tma_s{stages}_w1c16": (ONE_WARP_8_ROWS | {"chunks": 16}, stages)
-        for stages in (1, 2, 3, 4)
-    },
+    **{f"tma_s{stages}_w1c16": (SHAPES["w1c16"], stages) for stages in (1, 2, 3, 4)},
 }
