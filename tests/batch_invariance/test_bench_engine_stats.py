@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from gdn_evidence.e2e import bench
 
 from .test_bench_engine_loss import engine_specs
+from .test_bench_engine_loss import spec as engine_spec
 
 PREEMPTED_PER_GENERATE = 2  # the stand-in preempts this many requests per generate call
 
@@ -49,20 +50,9 @@ def stand_in_vllm() -> types.ModuleType:
 
 
 def spec(**settings) -> dict:
-    base = {
-        "scale": 8,
-        "model_dir": "/nonexistent",
-        "tensor_parallel_size": 1,
-        "cuda_graphs": False,
-        "gpu_memory_utilization": 0.4,
-        "kv_cache_gib": None,
-        "attention_backend": None,
-        "prefill_backend": None,
-        "profile_root": None,
-        "workloads": ["itl", "decode"],
-        "decode_new_tokens": 16,
-    }
-    return {**base, **settings}
+    """An engine spec ``bench.serve`` runs: the loss tests' with the workloads' fields."""
+    serving = {"scale": 8, "profile_root": None, "workloads": ["itl", "decode"]}
+    return engine_spec(**serving, decode_new_tokens=16, **settings)
 
 
 def serve(monkeypatch, capsys, ops: list[str], **settings) -> dict[str, dict]:

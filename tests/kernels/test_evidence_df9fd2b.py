@@ -33,6 +33,11 @@ def spread(values: list[float]) -> float:
     return 100 * (max(values) - min(values)) / statistics.median(values)
 
 
+def arm_spreads() -> list[float]:
+    """Each run's and arm's decode throughput spread over its rounds, in %."""
+    return [spread(rates(p, arm)) for p in REPORTS for arm in ("route", "golden")]
+
+
 def table() -> str:
     rows = [
         "| run | route (tokens/s) | golden (tokens/s) | throughput round ratios | spread | median "
@@ -75,7 +80,7 @@ def test_the_golden_long_table_is_its_evidence_files():
 
 def test_the_spread_and_the_first_rounds_are_quoted():
     doc = flat_doc()
-    spreads = [spread(rates(p, arm)) for p in REPORTS for arm in ("route", "golden")]
+    spreads = arm_spreads()
     assert f"decode throughput moved by {min(spreads):.0f}–{max(spreads):.0f} % from round" in doc
     earlier = [r["route"]["decode"]["output_tok_s"] for r in report(EARLIER)["rounds"]][1:]
     assert f"route's six rounds after the first lay within {spread(earlier):.2f} %)" in doc
@@ -127,7 +132,7 @@ def test_the_readme_quotes_the_runs():
         report(p)["summary"]["ratio_spread"]["golden"][THROUGHPUT]["median"] for p in REPORTS
     ]
     latency = [report(p)["summary"]["ratios"]["golden"][LATENCY] for p in REPORTS]
-    spreads = [spread(rates(p, arm)) for p in REPORTS for arm in ("route", "golden")]
+    spreads = arm_spreads()
     assert (
         f"decode throughput move by {min(spreads):.0f}–{max(spreads):.0f} % from round to round"
         in readme
