@@ -48,11 +48,16 @@ def run(*arguments: str, env: dict | None = None) -> subprocess.CompletedProcess
     )
 
 
-def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, bench):
-    target = tmp_path / "smoke.json"
-    result = run("--smoke", "--what-if", "--out", str(target))
+def smoke_report(target: Path, *arguments: str) -> dict:
+    """The report of a ``--smoke`` run with ``arguments``, written to ``target``; the run must
+    exit 0."""
+    result = run("--smoke", *arguments, "--out", str(target))
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(target.read_text())
+    return json.loads(target.read_text())
+
+
+def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, bench):
+    report = smoke_report(tmp_path / "smoke.json", "--what-if")
     assert report["schema"] == bench.SCHEMA
     assert report["provenance"]["mode"] == "smoke"
     assert report["complete"] is True
@@ -86,10 +91,8 @@ def test_smoke_run_writes_every_op_dtype_and_batch_with_every_field(tmp_path, be
 def test_contracted_times_vllm_ours_and_the_contracted_kernel_beside_each_recurrent_case(
     tmp_path,
 ):
-    target = tmp_path / "contracted.json"
-    result = run("--smoke", "--ops", "recurrent", "--contracted", "--out", str(target))
-    assert result.returncode == 0, result.stderr[-3000:]
-    cases = json.loads(target.read_text())["cases"]
+    report = smoke_report(tmp_path / "contracted.json", "--ops", "recurrent", "--contracted")
+    cases = report["cases"]
     assert {c["state_dtype"] for c in cases} == {"float32", "bfloat16"}
     for case in cases:
         contracted = case["contracted"]
@@ -99,14 +102,10 @@ def test_contracted_times_vllm_ours_and_the_contracted_kernel_beside_each_recurr
 
 
 def test_prefetch_kernels_run_where_they_take_whole_blocks_with_ours_bits(tmp_path):
-    target = tmp_path / "prefetch.json"
-    result = run(
-        "--smoke", "--ops", "recurrent", "--prefetch", "--l2-prefetch", "--early-loads",
-        "--flush", "read", "--out", str(target),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(target.read_text())["settings"]["flush"] == "read"
-    for case in json.loads(target.read_text())["cases"]:
+    flags = ("--ops", "recurrent", "--prefetch", "--l2-prefetch", "--early-loads")
+    report = smoke_report(tmp_path / "prefetch.json", *flags, "--flush", "read")
+    assert report["settings"]["flush"] == "read"
+    for case in report["cases"]:
         prefetch = case["prefetch"]
         # smoke heads (V = 16): the default takes one block, the one-warp shape two of 8 rows
         assert set(prefetch["configs"]) == {"w1c16", "prefetch_two_w1c16"}
@@ -122,10 +121,7 @@ def test_prefetch_kernels_run_where_they_take_whole_blocks_with_ours_bits(tmp_pa
 
 
 def test_pipelined_variants_run_where_they_take_whole_blocks_with_ours_bits(tmp_path, bench):
-    target = tmp_path / "pipelined.json"
-    result = run("--smoke", "--ops", "recurrent", "--pipelined", "--out", str(target))
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(target.read_text())
+    report = smoke_report(tmp_path / "pipelined.json", "--ops", "recurrent", "--pipelined")
     for case in report["cases"]:
         timed = case["pipelined"]
         # smoke heads (V = 16): the one-warp shapes take two blocks of 8 rows; the default and
@@ -160,10 +156,7 @@ def test_full_line_variants_load_whole_128_byte_lines_of_each_row(bench, state_d
 
 
 def test_full_line_variants_run_with_ours_bits(tmp_path, bench):
-    target = tmp_path / "full_lines.json"
-    result = run("--smoke", "--ops", "recurrent", "--full-lines", "--out", str(target))
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(target.read_text())
+    report = smoke_report(tmp_path / "full_lines.json", "--ops", "recurrent", "--full-lines")
     for case in report["cases"]:
         timed = case["full_lines"]
         assert set(timed["configs"]) == set(bench.VARIANTS["full_lines"])
@@ -174,10 +167,8 @@ def test_full_line_variants_run_with_ours_bits(tmp_path, bench):
 def test_block_order_and_tma_variants_run_where_they_take_whole_blocks_with_ours_bits(
     tmp_path, bench
 ):
-    target = tmp_path / "block_order_tma.json"
-    result = run("--smoke", "--ops", "recurrent", "--block-order", "--tma", "--out", str(target))
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(target.read_text())
+    flags = ("--ops", "recurrent", "--block-order", "--tma")
+    report = smoke_report(tmp_path / "block_order_tma.json", *flags)
     for case in report["cases"]:
         # smoke heads (V = 16): only the one-warp shape takes two blocks of 8 rows
         assert set(case["block_order"]["configs"]) == {"w1c16", "rotated_w1c16"}
@@ -189,10 +180,7 @@ def test_block_order_and_tma_variants_run_where_they_take_whole_blocks_with_ours
 
 
 def test_replay_step_runs_one_token_per_row_with_the_decode_steps_bits(tmp_path, bench):
-    target = tmp_path / "replay_step.json"
-    result = run("--smoke", "--ops", "decode_step", "--replay-step", "--out", str(target))
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(target.read_text())
+    report = smoke_report(tmp_path / "replay_step.json", "--ops", "decode_step", "--replay-step")
     for case in report["cases"]:
         timed = case["replay_step"]
         assert timed["same_bits"] == {"replay_one_token": True}
@@ -301,10 +289,8 @@ def test_smoke_sweep_times_the_default_and_the_candidates_fastest_first(tmp_path
 
 
 def test_without_a_sweep_from_argument_the_sweep_starts_at_64_rows(tmp_path):
-    target = tmp_path / "sweep.json"
-    result = run("--smoke", "--ops", "recurrent", "--sweep", "--out", str(target))
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert all("sweep" not in c for c in json.loads(target.read_text())["cases"])  # B = 2
+    report = smoke_report(tmp_path / "sweep.json", "--ops", "recurrent", "--sweep")
+    assert all("sweep" not in c for c in report["cases"])  # B = 2
 
 
 def test_the_sweep_alternates_the_shapes_round_by_round(bench):
