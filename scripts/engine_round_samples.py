@@ -5,8 +5,8 @@
 
 prints one line per timed workload, in the order they ran: round, arm, seconds, tokens per
 second, preempted requests, the GPU samples inside its window (count, utilization median and
-minimum, lowest SM clock) and the host's CPU shares over it (busy, steal). See
-gdn_evidence/e2e/round_samples.py.
+minimum, the GPU's busy time they imply, lowest SM clock) and the host's CPU shares over it
+(busy, steal). See gdn_evidence/e2e/round_samples.py.
 """
 
 import argparse
@@ -28,6 +28,7 @@ COLUMNS = (
     "gpu_samples",
     "utilization_median",
     "utilization_min",
+    "gpu_busy_s",
     "sm_mhz_min",
     "cpu_busy",
     "cpu_steal",

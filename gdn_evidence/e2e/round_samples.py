@@ -5,10 +5,13 @@
 reasons, utilization) and the host's CPU time (``/proc/stat``'s ``cpu`` line after a Unix time).
 ``bench_engine.py`` records when each timed workload started (``started_at``, Unix time) and how
 long it took (``seconds``). A workload's window is ``[started_at, started_at + seconds]``; for
-each window this module gives the GPU samples' utilization and SM clock and the host's CPU
-shares over it (busy, steal, iowait), so that a slow round can be told apart: less GPU work
-done per second (utilization down: the host did not feed the GPU), a slower GPU (clock down),
-or the same GPU busy for longer (more work: preemptions, recomputed prefills).
+each window this module gives the GPU samples' utilization and SM clock, the GPU's busy time
+they imply (``gpu_busy_s``: the window's length times the samples' mean utilization) and the
+host's CPU shares over it (busy, steal, iowait), so that a slow round can be told apart: the GPU
+idle for longer (utilization down, busy time as in the other rounds: the host did not feed it),
+a slower GPU (clock down), or the GPU busy for longer (more work: preemptions, recomputed
+prefills). ``utilization.gpu`` is the share of the last sample period (1/6 s to 1 s) in which a
+kernel ran, so ``gpu_busy_s`` is an estimate, good to a few per cent over a window of seconds.
 
 ``nvidia-smi`` writes its timestamps in the machine's local time, which is UTC on the GPU
 machines; ``gpu_offset_s`` shifts them where it is not.
@@ -140,7 +143,8 @@ def cpu_shares(samples: list[CpuSample], start: float, end: float) -> dict[str, 
 
 def window_summary(window: Window, gpu: list[GpuSample], cpu: list[CpuSample]) -> dict[str, Any]:
     """One timed workload with the GPU samples inside its window (count, utilization median and
-    minimum, SM clock minimum, power median) and the host's CPU shares over it."""
+    minimum, the busy time they imply, SM clock minimum, power median) and the host's CPU shares
+    over it."""
     inside = [s for s in gpu if window.start <= s.time <= window.end]
     row: dict[str, Any] = {
         "round": window.round,
@@ -157,6 +161,7 @@ def window_summary(window: Window, gpu: list[GpuSample], cpu: list[CpuSample]) -
         row.update(
             utilization_median=statistics.median(utilization),
             utilization_min=min(utilization),
+            gpu_busy_s=round(window.seconds * statistics.mean(utilization) / 100, 3),
             sm_mhz_min=min(s.sm_mhz for s in inside),
             power_w_median=round(statistics.median(s.power_w for s in inside), 1),
         )

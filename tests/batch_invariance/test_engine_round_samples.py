@@ -83,6 +83,8 @@ def test_each_window_gets_only_its_own_gpu_samples(tmp_path):
     assert by_start[SLOW[1]]["preempted"] == 3
     others = [r for s, r in by_start.items() if s != SLOW[1]]
     assert all(r["utilization_min"] == 98 for r in others)  # none of the slow window's samples
+    assert by_start[SLOW[1]]["gpu_busy_s"] == pytest.approx(9.0 * 0.55)  # exact up to rounding
+    assert all(r["gpu_busy_s"] == pytest.approx(9.0 * 0.98) for r in others)
 
 
 def test_shifted_clock_moves_the_samples_out_of_their_window(tmp_path):
