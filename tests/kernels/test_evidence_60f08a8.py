@@ -1,0 +1,144 @@
+"""docs/kernels.md quotes stage golden-long and stage kernels at 60f08a8
+(docs/evidence/h200_engine/60f08a8/, an H100) as their evidence files say: section "Stage
+golden-long at 60f08a8: the slow rounds are the GPU waiting"."""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+
+import numpy as np
+
+from gdn_evidence.e2e.round_samples import read_cpu_samples, read_gpu_samples, round_samples
+
+from ..doc_blocks import marked_block
+from .test_evidence_docs import DOC, ROOT, flat_doc
+
+RUN = ROOT / "docs" / "evidence" / "h200_engine" / "60f08a8"
+THROUGHPUT, LATENCY = "decode_throughput_vs_route", "itl_vs_route"
+SOURCES = "e00b906ea41eb313ff72772b919a0eff5fa0bb9104460be4bc9174c0fd70082f"  # 60f08a8's digest
+
+
+@functools.cache
+def load(name: str) -> dict | list:
+    return json.loads((RUN / name).read_text())
+
+
+def decode_rows() -> list[dict]:
+    return [r for r in load("round_samples.json") if r["workload"] == "decode"]
+
+
+def table() -> str:
+    rows = [
+        "| round | arm | seconds | tokens/s | preempted | GPU samples | utilization (median) "
+        "| GPU busy (s) | GPU idle (s) | CPU busy | CPU steal |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in decode_rows():
+        rows.append(
+            f"| {r['round'] + 1} | {r['arm']} | {r['seconds']:.2f} | {r['output_tok_s']:.0f} "
+            f"| {r['preempted']} | {r['gpu_samples']} | {r['utilization_median']:.1f} % "
+            f"| {r['gpu_busy_s']:.2f} | {r['seconds'] - r['gpu_busy_s']:.2f} "
+            f"| {100 * r['cpu_busy']:.1f} % | {100 * r['cpu_steal']:.2f} % |"
+        )
+    return "\n".join(rows)
+
+
+def test_the_runs_are_60f08a8s_on_an_h100():
+    """Both files' commit fields are wrong (COMMITS.md); their sources' digest is 60f08a8's."""
+    engine, kernels = load("bench_engine_golden_long.json"), load("bench_decode.json")
+    assert engine["provenance"]["git_commit"] == "60f08a8b3d2d4c6e0c1f4cbbd8c2e5bb2bd0f0a0"
+    assert kernels["provenance"]["git_commit"] == "unknown"
+    for report in (engine, kernels):
+        assert report["provenance"]["source_sha256"] == SOURCES
+        assert "H100" in report["provenance"]["device"] and not report["provenance"]["git_dirty"]
+    assert engine["provenance"]["model"]["num_hidden_layers"] == 24
+    assert all(engine["engines"][arm]["status"] == "READY" for arm in ("route", "golden"))
+    assert engine["settle_rounds"] and len(engine["rounds"]) == 5
+    assert not kernels["complete"] and kernels["summary"]["cases"] == 62
+
+
+def test_the_round_samples_are_what_the_script_makes_of_the_run():
+    rows = round_samples(
+        load("bench_engine_golden_long.json"),
+        read_gpu_samples(RUN / "gpu_samples.csv"),
+        read_cpu_samples(RUN / "gpu_samples_cpu.txt"),
+    )
+    assert rows == load("round_samples.json")
+
+
+def test_the_golden_long_60f08a8_table_is_its_evidence_files():
+    assert marked_block(DOC.read_text(), "golden-long-60f08a8-table") == table()
+
+
+def test_the_rounds_analysis_is_quoted():
+    doc = flat_doc()
+    rows, decode = load("round_samples.json"), decode_rows()
+    engine = load("bench_engine_golden_long.json")
+    starts = [engine["engines"][arm]["start_seconds"] for arm in ("route", "golden")]
+    assert f"The engines took {starts[0]:.0f} and {starts[1]:.0f} s to start" in doc
+    assert {r["preempted"] for r in rows} == {0} and {r["sm_mhz_min"] for r in rows} == {1980}
+    kv = {engine["engines"][arm]["kv_cache"][0].split("size: ")[1] for arm in ("route", "golden")}
+    assert kv == {"375,954 tokens"} and "each engine's KV cache held 375,954 tokens" in doc
+    busy = [100 * r["cpu_busy"] for r in rows]
+    steal = max(100 * r["cpu_steal"] for r in rows)
+    assert f"{min(busy):.1f}–{max(busy):.1f} % busy over every window" in doc
+    assert f"with at most {steal:.2f} % stolen" in doc
+    seconds = np.array([r["seconds"] for r in decode])
+    gpu = np.array([r["gpu_busy_s"] for r in decode])
+    idle, busy_corr = np.corrcoef(seconds, seconds - gpu)[0, 1], np.corrcoef(seconds, gpu)[0, 1]
+    assert f"(correlation {idle:.2f} over the {len(decode)} decode rounds)" in doc
+    assert f"not the time it was busy ({busy_corr:.2f})" in doc
+    medians = [
+        statistics.median(r["gpu_busy_s"] for r in decode if r["arm"] == a)
+        for a in ("route", "golden")
+    ]
+    assert (
+        f"busy time per round was {gpu.min():.2f}–{gpu.max():.2f} s, with a median of "
+        f"{medians[0]:.2f} s for route and {medians[1]:.2f} s for golden, while the rounds took "
+        f"{seconds.min():.2f}–{seconds.max():.2f} s" in doc
+    )
+    gaps = seconds - gpu
+    assert f"by {gaps.min():.1f}–{gaps.max():.1f} s a round in either arm" in doc
+    summary = engine["summary"]
+    ratios = summary["round_ratios"]["golden"][THROUGHPUT]
+    spread = summary["ratio_spread"]["golden"]
+    assert (
+        f"(this run: ratio spread {100 * spread[THROUGHPUT]['spread']:.2f} %, round ratios "
+        f"{min(ratios):.3f}–{max(ratios):.3f}, median {spread[THROUGHPUT]['median']:.4f}, ratio "
+        f"of medians {summary['ratios']['golden'][THROUGHPUT]:.4f})" in doc
+    )
+    itl = [r for r in rows if r["workload"] == "itl"]
+    assert {r["gpu_samples"] for r in itl} == {1}
+    low = min(r["utilization_median"] for r in itl)
+    high = max(r["utilization_median"] for r in itl)
+    assert f"(each one sample, {low:.0f}–{high:.0f} %)" in doc
+    ms = summary["medians"]
+    assert (
+        f"was {ms['route']['itl_ms']:.3f} ms for route and {ms['golden']['itl_ms']:.3f} ms for "
+        f"golden by the median (golden/route {summary['ratios']['golden'][LATENCY]:.4f}, round "
+        f"ratios spread {100 * spread[LATENCY]['spread']:.2f} %)" in doc
+    )
+
+
+def test_the_kernels_stage_is_quoted():
+    doc = flat_doc()
+    log = (RUN / "pytest_kernels.log").read_text()
+    assert "174 passed" in log and "failed" not in log
+    assert "(stage `kernels`: 174 passed in 268 s," in doc
+    cases = load("bench_decode.json")["cases"]
+
+    def device(op: str, dtype: str) -> str:
+        values = [
+            c["speed_vs_vllm_device"]
+            for c in cases
+            if c["op"] == op and c["state_dtype"] == dtype and c["batch"] >= 64
+        ]
+        return f"{min(values):.3f}–{max(values):.3f}x"
+
+    assert (
+        f"the recurrent step {device('recurrent', 'bfloat16')} vLLM with a bf16 state and "
+        f"{device('recurrent', 'float32')} with fp32, the decode step "
+        f"{device('decode_step', 'bfloat16')} and {device('decode_step', 'float32')}" in doc
+    )
