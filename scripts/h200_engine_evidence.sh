@@ -36,8 +36,9 @@
 #                 Mamba cache blocks, and vLLM refused its default 1024 sequences
 #   golden-long   the acceptance run of mode golden against mode route: golden-deep's model,
 #                 golden-bench's workloads (1536 new tokens, rounds of ~12.5 s per arm with 24
-#                 layers on an H100, and inter-token latency), one untimed round, then 7
-#                 timed ones (about 530 s with the engines' start), no profile, vLLM's engine
+#                 layers on an H100, and inter-token latency), one untimed round, then 6
+#                 timed ones (about 530 s: the engines took 200-270 s to start, a round about
+#                 33 s; at 60f08a8, with 7, the limit cut the 6th), no profile, vLLM's engine
 #                 stats on (each round's preemptions), $OUT/gpu_samples.csv and
 #                 gpu_samples_cpu.txt beside it (nvidia-smi and /proc/stat every 2 s; the
 #                 rounds' started_at lines them up)
@@ -194,7 +195,7 @@ case $stage in
   golden-long)
     samples gpu_samples
     job bench_engine_golden_long python scripts/bench_engine.py --arms route,golden \
-      --workloads decode,itl --decode-new-tokens 1536 --rounds 7 --settle-rounds 1 \
+      --workloads decode,itl --decode-new-tokens 1536 --rounds 6 --settle-rounds 1 \
       --start-timeout 400 --pin-cpus --num-layers "${DEEP_LAYERS:-24}" \
       --gpu-memory-utilization 0.4 --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --log-stats \
       --out "$out/bench_engine_golden_long.json"

@@ -9,8 +9,9 @@
 #   call 2: bash scripts/h200_engine_stage.sh moe
 #           carry .device-engine/moe.xz and .device-engine/vllm-0.26.0.tar.xz
 #   call 3: bash scripts/h200_engine_stage.sh deps && source .device-engine/enter.sh && ...
-#           carry .device-engine/deps.tar.xz, .device-engine/sitecustomize.py and
-#           .device-engine/enter.sh
+#           carry .device-engine/deps.tar.xz, .device-engine/sitecustomize.py,
+#           .device-engine/enter.sh and .device-commit (python scripts/record_commit.py, run
+#           here first: the evidence's provenance takes the commit from it)
 # GDN_ENGINE_ROOT moves the target from enter.sh's /tmp/gdn-engine (the tests' own folder).
 set -euo pipefail
 engine=$PWD/.device-engine

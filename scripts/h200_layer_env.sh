@@ -1,7 +1,8 @@
 # GPU machine, one call: vLLM 0.26.0's Python code with every compiled op library stubbed, for
 # the stages that drive kernels only (kernel-sweep). Source from the project's root in a call
 # that carries .device-engine/deps.tar.xz, .device-engine/vllm-0.26.0.tar.xz and
-# .device-engine/sitecustomize.py (with the whole folder the call passes 64 MiB); no stage.sh
+# .device-engine/sitecustomize.py (with the whole folder the call passes 64 MiB), and
+# .device-commit (python scripts/record_commit.py, run here first); no stage.sh
 # call is needed (the engine stages still need it).
 _e=$PWD/.device-engine
 _t=/tmp/gdn-layer
