@@ -5,7 +5,8 @@
 # then finds the engine set up and only sets the paths. Each call within 30 s of the one
 # before it (a machine idle for 30 s goes back):
 #   call 1: bash .device-engine-so/stage.sh
-#           carry .device-engine-so
+#           carry .device-engine-so (where the tree with it passes 64 MiB too, as at 60f08a8:
+#           scripts/split_engine_so.sh here, then two calls, .device-engine-so-1 and -2)
 #   call 2: bash scripts/h200_engine_stage.sh moe
 #           carry .device-engine/moe.xz and .device-engine/vllm-0.26.0.tar.xz
 #   call 3: bash scripts/h200_engine_stage.sh deps && source .device-engine/enter.sh && ...
