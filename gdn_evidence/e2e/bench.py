@@ -29,8 +29,9 @@ Workloads, per arm and round:
   (``--decode-new-tokens``), all at once; output tokens per second.
 
 ``--workloads`` picks them (default ``throughput,prefill,itl``); a ratio or target whose
-workload did not run is left out. Each timed workload's answer carries ``started_at`` (Unix
-time, to line it up with GPU samples taken beside the run) and, with ``--log-stats`` (vLLM's
+workload did not run is left out. Each timed workload's answer carries ``started_at`` and
+``ended_at`` (Unix time, to line it up with GPU samples taken beside the run) and, with
+``--log-stats`` (vLLM's
 engine stats on, as ``vllm serve`` has them), ``preempted``: the requests its engine preempted
 during it. Each engine's entry in ``engines`` keeps vLLM's line with its KV cache capacity
 (``kv_cache``). ``spread`` in ``ratio_spread`` is a round ratio's range over
@@ -217,6 +218,7 @@ def serve(spec: dict[str, Any]) -> None:
             say("FAILED", {"error": f"unknown op {op!r}"})
             continue
         payload["started_at"] = round(started_at, 3)  # Unix time: lines up with GPU samples
+        payload["ended_at"] = round(time.time(), 3)  # itl's two runs: longer than its seconds
         if preempted_before is not None:
             payload["preempted"] = preemptions() - preempted_before
         say(op, payload)

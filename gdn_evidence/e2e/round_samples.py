@@ -4,7 +4,9 @@
 (``nvidia-smi --format=csv``: timestamp, SM and memory clocks, power, temperature, clock event
 reasons, utilization) and the host's CPU time (``/proc/stat``'s ``cpu`` line after a Unix time).
 ``bench_engine.py`` records when each timed workload started (``started_at``, Unix time) and how
-long it took (``seconds``). A workload's window is ``[started_at, started_at + seconds]``; for
+long it took (``seconds``) and when it ended (``ended_at``). A workload's window is
+``[started_at, ended_at]``; in a report without ``ended_at`` it is ``[started_at, started_at +
+seconds]``, which cuts ``itl``'s short by its first, one-token run. For
 each window this module gives the GPU samples' utilization and SM clock, the GPU's busy time
 they imply (``gpu_busy_s``: the window's length times the samples' mean utilization) and the
 host's CPU shares over it (busy, steal, iowait), so that a slow round can be told apart: the GPU
@@ -89,13 +91,10 @@ class Window:
     arm: str
     workload: str
     start: float
-    seconds: float
+    end: float
+    seconds: float  # the workload's timed seconds, as the report gives them
     output_tok_s: float | None
     preempted: int | None
-
-    @property
-    def end(self) -> float:
-        return self.start + self.seconds
 
 
 def timed_windows(report: dict[str, Any]) -> list[Window]:
@@ -113,6 +112,7 @@ def timed_windows(report: dict[str, Any]) -> list[Window]:
                         arm=arm,
                         workload=workload,
                         start=payload["started_at"],
+                        end=payload.get("ended_at", payload["started_at"] + payload["seconds"]),
                         seconds=payload["seconds"],
                         output_tok_s=payload.get("output_tok_s"),
                         preempted=payload.get("preempted"),
@@ -161,7 +161,7 @@ def window_summary(window: Window, gpu: list[GpuSample], cpu: list[CpuSample]) -
         row.update(
             utilization_median=statistics.median(utilization),
             utilization_min=min(utilization),
-            gpu_busy_s=round(window.seconds * statistics.mean(utilization) / 100, 3),
+            gpu_busy_s=round((window.end - window.start) * statistics.mean(utilization) / 100, 3),
             sm_mhz_min=min(s.sm_mhz for s in inside),
             power_w_median=round(statistics.median(s.power_w for s in inside), 1),
         )

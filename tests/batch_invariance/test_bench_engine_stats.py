@@ -77,6 +77,9 @@ def test_each_timed_workload_says_when_it_started_and_what_it_preempted(monkeypa
     assert answers[bench.WARMED] == {}
     decode, itl = answers["decode"], answers["itl"]
     assert before <= decode["started_at"] <= itl["started_at"] <= time.time() + 1
+    for op in ops[1:]:
+        assert answers[op]["started_at"] <= answers[op]["ended_at"] <= time.time() + 1
+    assert decode["ended_at"] <= itl["started_at"]
     # Per workload, not since the engine started (its warm-ups preempted 6 already).
     assert decode["preempted"] == PREEMPTED_PER_GENERATE
     assert itl["preempted"] == 2 * PREEMPTED_PER_GENERATE  # two generate calls

@@ -142,3 +142,16 @@ def test_script_prints_a_line_per_timed_workload(tmp_path, with_start):
     else:
         assert done.returncode == 1
         assert "no timed workload has started_at" in done.stdout
+
+
+def test_a_window_ends_at_ended_at_where_the_report_has_it(tmp_path):
+    """itl's answer times its second run alone (``seconds``); ``ended_at`` closes its window
+    after both runs, so the samples of its first run are counted too."""
+    gpu_path, _ = write_samples(tmp_path)
+    data = report()
+    first = data["rounds"][0][WINDOWS[0][0]]["decode"]
+    first["ended_at"] = first["started_at"] + first["seconds"] + 4.0  # two more samples
+    rows = round_samples(data, read_gpu_samples(gpu_path), [])
+    assert [r["gpu_samples"] for r in rows] == [7, 5, 5, 5]
+    assert rows[0]["seconds"] == first["seconds"]
+    assert rows[0]["gpu_busy_s"] == pytest.approx(13.0 * (5 * 0.98 + 2 * 0.55) / 7, abs=1e-3)
