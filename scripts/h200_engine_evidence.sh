@@ -40,8 +40,8 @@
 #                 timed ones (about 530 s: the engines took 200-270 s to start, a round about
 #                 33 s; at 60f08a8, with 7, the limit cut the 6th), no profile, vLLM's engine
 #                 stats on (each round's preemptions), $OUT/gpu_samples.csv and
-#                 gpu_samples_cpu.txt beside it (nvidia-smi and /proc/stat every 2 s; the
-#                 rounds' started_at lines them up)
+#                 gpu_samples_cpu.txt beside it (nvidia-smi and /proc/stat every 2 s), and
+#                 then $OUT/round_samples.json and .log: engine_round_samples.py's lines
 #                 (copy $OUT/bench_engine_golden_long.json to docs/evidence/bench_engine_golden.json)
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
@@ -322,4 +322,9 @@ for pid in "${pids[@]}"; do
   echo "job pid $pid exit $?"
 done
 [ ${#samplers[@]} -gt 0 ] && kill "${samplers[@]}"
+if [ "$stage" = golden-long ]; then  # the timed workloads lined up with the samples
+  python scripts/engine_round_samples.py "$out/bench_engine_golden_long.json" \
+    --gpu "$out/gpu_samples.csv" --cpu "$out/gpu_samples_cpu.txt" \
+    --json "$out/round_samples.json" > "$out/round_samples.log" 2>&1
+fi
 tail -n 4 "$out"/*.log
