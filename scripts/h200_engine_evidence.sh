@@ -41,7 +41,10 @@
 #                 33 s; at 60f08a8, with 7, the limit cut the 6th), no profile, vLLM's engine
 #                 stats on (each round's preemptions), $OUT/gpu_samples.csv and
 #                 gpu_samples_cpu.txt beside it (nvidia-smi and /proc/stat every 2 s), and
-#                 then $OUT/round_samples.json and .log: engine_round_samples.py's lines
+#                 then $OUT/round_samples.json and .log: engine_round_samples.py's lines;
+#                 DEEP_LAYERS (default 24) and LONG_NEW_TOKENS (default 1536) set the model's
+#                 layers and the decode rounds' new tokens (48 and 768: Qwen3-Next's depth, a
+#                 GPU step twice as long for the same host work, rounds as long as 24 x 1536)
 #                 (copy $OUT/bench_engine_golden_long.json to docs/evidence/bench_engine_golden.json)
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
@@ -195,7 +198,7 @@ case $stage in
   golden-long)
     samples gpu_samples
     job bench_engine_golden_long python scripts/bench_engine.py --arms route,golden \
-      --workloads decode,itl --decode-new-tokens 1536 --rounds 6 --settle-rounds 1 \
+      --workloads decode,itl --decode-new-tokens "${LONG_NEW_TOKENS:-1536}" --rounds 6 --settle-rounds 1 \
       --start-timeout 400 --pin-cpus --num-layers "${DEEP_LAYERS:-24}" \
       --gpu-memory-utilization 0.4 --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --log-stats \
       --out "$out/bench_engine_golden_long.json"

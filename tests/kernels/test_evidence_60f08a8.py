@@ -142,3 +142,43 @@ def test_the_kernels_stage_is_quoted():
         f"{device('recurrent', 'float32')} with fp32, the decode step "
         f"{device('decode_step', 'bfloat16')} and {device('decode_step', 'float32')}" in doc
     )
+
+
+HOST_RUNS = (
+    ("f9eea9a", "bench_engine_golden_long.json"),
+    ("3af9122", "bench_engine_golden_deep_1536.json"),
+    ("2046380", "bench_engine_golden_long.json"),
+    ("df9fd2b", "bench_engine_golden_long.json"),
+    ("df9fd2b", "bench_engine_golden_long_2.json"),
+    ("60f08a8", "bench_engine_golden_long.json"),
+)
+
+
+def hosts_table() -> str:
+    rows = [
+        "| run | engine start (s) | rounds | fastest | median | slowest | spread |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for commit, name in HOST_RUNS:
+        report = json.loads((RUN.parent / commit / name).read_text())
+        provenance = report["provenance"]
+        assert provenance["model"]["num_hidden_layers"] == 24
+        assert provenance["engine"]["decode_new_tokens"] == 1536 and "H100" in provenance["device"]
+        seconds = [r[arm]["decode"]["seconds"] for r in report["rounds"] for arm in r["order"]]
+        median = statistics.median(seconds)
+        rows.append(
+            f"| {commit}/{name} | {report['engines']['route']['start_seconds']:.0f} "
+            f"| {len(report['rounds'])} | {min(seconds):.2f} | {median:.2f} | {max(seconds):.2f} "
+            f"| {100 * (max(seconds) - min(seconds)) / median:.1f} % |"
+        )
+    return "\n".join(rows)
+
+
+def test_the_hosts_table_is_its_evidence_files():
+    assert marked_block(DOC.read_text(), "golden-long-hosts-table") == hosts_table()
+
+
+def test_the_busy_time_per_step_is_quoted():
+    gpu = statistics.median(r["gpu_busy_s"] for r in decode_rows())
+    tokens = load("bench_engine_golden_long.json")["provenance"]["engine"]["decode_new_tokens"]
+    assert f"(about {1000 * gpu / tokens:.1f} ms of GPU time, {tokens} a round)" in flat_doc()
