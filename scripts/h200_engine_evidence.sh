@@ -48,7 +48,8 @@
 #                 (copy $OUT/bench_engine_golden_long.json to docs/evidence/bench_engine_golden.json)
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
-#                 GPU; copy $OUT/bench_decode.json to docs/evidence/); needs no stage.sh
+#                 GPU; copy $OUT/bench_decode.json to docs/evidence/; on an H100 the tests
+#                 took 226-268 s and the bench 113 s to 135+ s: LIMIT 180); needs no stage.sh
 #                 either: source scripts/h200_layer_env.sh
 #   kernel-sweep  the recurrent and conv kernels' launch shapes that bench_decode.py --sweep
 #                 times, checked for the goldens' bits, then timed at every batch size, the
