@@ -1,19 +1,19 @@
 """An engine benchmark's timed workloads lined up with the samples taken beside the run.
 
-``scripts/h200_engine_evidence.sh`` samples, every 2 s while a stage runs, the GPU
-(``nvidia-smi --format=csv``: timestamp, SM and memory clocks, power, temperature, clock event
-reasons, utilization) and the host's CPU time (``/proc/stat``'s ``cpu`` line after a Unix time).
+``scripts/h200_engine_evidence.sh`` samples, every 2 s while a stage runs, the GPU (``nvidia-smi
+--format=csv``: timestamp, SM and memory clocks, power, temperature, clock event reasons,
+utilization) and the host's CPU time (``/proc/stat``'s ``cpu`` line after a Unix time).
 ``bench_engine.py`` records when each timed workload started (``started_at``, Unix time) and how
 long it took (``seconds``) and when it ended (``ended_at``). A workload's window is
 ``[started_at, ended_at]``; in a report without ``ended_at`` it is ``[started_at, started_at +
-seconds]``, which cuts ``itl``'s short by its first, one-token run. For
-each window this module gives the GPU samples' utilization and SM clock, the GPU's busy time
-they imply (``gpu_busy_s``: the window's length times the samples' mean utilization) and the
-host's CPU shares over it (busy, steal, iowait), so that a slow round can be told apart: the GPU
-idle for longer (utilization down, busy time as in the other rounds: the host did not feed it),
-a slower GPU (clock down), or the GPU busy for longer (more work: preemptions, recomputed
-prefills). ``utilization.gpu`` is the share of the last sample period (1/6 s to 1 s) in which a
-kernel ran, so ``gpu_busy_s`` is an estimate, good to a few per cent over a window of seconds.
+seconds]``, which cuts ``itl``'s short by its first, one-token run. For each window this module
+gives the GPU samples' utilization and SM clock, the GPU's busy time they imply (``gpu_busy_s``:
+the window's length times the samples' mean utilization) and the host's CPU shares over it
+(busy, steal, iowait), so that a slow round can be told apart: the GPU idle for longer
+(utilization down, busy time as in the other rounds: the host did not feed it), a slower GPU
+(clock down), or the GPU busy for longer (more work: preemptions, recomputed prefills).
+``utilization.gpu`` is the share of the last sample period (1/6 s to 1 s) in which a kernel ran,
+so ``gpu_busy_s`` is an estimate, good to a few per cent over a window of seconds.
 
 ``nvidia-smi`` writes its timestamps in the machine's local time, which is UTC on the GPU
 machines; ``gpu_offset_s`` shifts them where it is not.
