@@ -9,14 +9,18 @@ import json
 import statistics
 
 import numpy as np
+import pytest
+import torch
 
 from gdn_evidence.e2e.round_samples import read_cpu_samples, read_gpu_samples, round_samples
+from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT
 
 from ..doc_blocks import marked_block
 from .test_evidence_docs import DOC, ROOT, flat_doc
 
 RUN = ROOT / "docs" / "evidence" / "h200_engine" / "60f08a8"
 THROUGHPUT, LATENCY = "decode_throughput_vs_route", "itl_vs_route"
+META_FIELDS = ("architectures", "model_type", "torch_dtype")  # config.json's, not the config's
 SOURCES = "e00b906ea41eb313ff72772b919a0eff5fa0bb9104460be4bc9174c0fd70082f"  # 60f08a8's digest
 
 
@@ -182,3 +186,26 @@ def test_the_busy_time_per_step_is_quoted():
     gpu = statistics.median(r["gpu_busy_s"] for r in decode_rows())
     tokens = load("bench_engine_golden_long.json")["provenance"]["engine"]["decode_new_tokens"]
     assert f"(about {1000 * gpu / tokens:.1f} ms of GPU time, {tokens} a round)" in flat_doc()
+
+
+def test_the_bench_models_sizes_are_quoted():
+    """The parameter counts of the bench model at 24 and 48 layers, as transformers builds it on
+    the meta device (no memory), and what two engines with 8 or 13.5 GiB KV caches hold."""
+    models = pytest.importorskip("transformers.models.qwen3_next")
+    counts = {}
+    for layers in (24, 48):
+        fields = {k: v for k, v in BENCH_QWEN3_NEXT.items() if k not in META_FIELDS}
+        with torch.device("meta"):
+            model = models.Qwen3NextForCausalLM(
+                models.Qwen3NextConfig(**{**fields, "num_hidden_layers": layers})
+            )
+        counts[layers] = sum(p.numel() for p in model.parameters())
+    gib = {layers: 2 * n / 2**30 for layers, n in counts.items()}
+    doc = flat_doc()
+    assert (
+        f"The 48-layer bench model has {counts[48] / 1e9:.2f} B parameters, {gib[48]:.1f} GiB in "
+        f"bf16 (counted on the meta device with transformers' `Qwen3NextForCausalLM`; 24 layers: "
+        f"{counts[24] / 1e9:.2f} B, {gib[24]:.1f} GiB)" in doc
+    )
+    assert f"hold about {2 * (gib[48] + 8):.0f} GiB of an H100's 80" in doc
+    assert f"they would hold about {2 * (gib[48] + 13.5):.0f} GiB" in doc
