@@ -22,23 +22,27 @@ for i in 1 2; do
 done
 cat > .device-engine-so-1/stage.sh <<'EOS'
 #!/usr/bin/env bash
-# Piece 1 of 2 of vLLM 0.26.0's _C library: kept in /tmp/gdn-so-parts for piece 2.
+# Piece 1 of 2 of vLLM 0.26.0's _C library: kept beside the engine's folder for piece 2.
 set -e
-mkdir -p /tmp/gdn-so-parts && cp "$(dirname "$0")"/cpart.* /tmp/gdn-so-parts/
-ls -la /tmp/gdn-so-parts
+parts=${GDN_ENGINE_ROOT:-/tmp/gdn-engine}-so-parts
+mkdir -p $parts && cp "$(dirname "$0")"/cpart.* $parts/
+ls -la $parts
 EOS
 cat > .device-engine-so-2/stage.sh <<EOS
 #!/usr/bin/env bash
-# Piece 2 of 2: joins the pieces, checks them, unpacks _C to /tmp/gdn-engine.
+# Piece 2 of 2: joins the pieces, checks them, unpacks _C to the engine's folder
+# (GDN_ENGINE_ROOT, default /tmp/gdn-engine, as h200_engine_stage.sh).
 set -e
-[ -f /tmp/gdn-so-parts/cpart.00 ] || { echo "run .device-engine-so-1/stage.sh first" >&2; exit 1; }
-cp "\$(dirname "\$0")"/cpart.* /tmp/gdn-so-parts/
-cat /tmp/gdn-so-parts/cpart.* > /tmp/gdn-so-parts/c.xz
-echo "$sum  /tmp/gdn-so-parts/c.xz" | sha256sum -c --quiet
-mkdir -p /tmp/gdn-engine
-[ -f /tmp/gdn-engine/_C_stable_libtorch.abi3.so ] \\
-  || xz -T0 -dc /tmp/gdn-so-parts/c.xz > /tmp/gdn-engine/_C_stable_libtorch.abi3.so
-ls -la /tmp/gdn-engine
+target=\${GDN_ENGINE_ROOT:-/tmp/gdn-engine}
+parts=\$target-so-parts
+[ -f \$parts/cpart.00 ] || { echo "run .device-engine-so-1/stage.sh first" >&2; exit 1; }
+cp "\$(dirname "\$0")"/cpart.* \$parts/
+cat \$parts/cpart.* > \$parts/c.xz
+echo "$sum  \$parts/c.xz" | sha256sum -c --quiet
+mkdir -p \$target
+[ -f \$target/_C_stable_libtorch.abi3.so ] \\
+  || xz -T0 -dc \$parts/c.xz > \$target/_C_stable_libtorch.abi3.so
+ls -la \$target
 EOS
 chmod +x .device-engine-so-1/stage.sh .device-engine-so-2/stage.sh
 du -sh .device-engine-so-1 .device-engine-so-2
