@@ -39,6 +39,8 @@ def recorded_commit(root: Path = ROOT) -> tuple[str, bool] | None:
         record = json.loads((root / COMMIT_RECORD).read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(record, dict) or not {"git_commit", "git_dirty"} <= record.keys():
+        return None
     if record.get("tree_sha256") != source_digest(root, RECORD_FOLDERS):
         return None
     return record["git_commit"], record["git_dirty"]

@@ -142,5 +142,8 @@ def test_a_dirty_tree_is_recorded_dirty(tmp_path):
 def test_no_record_and_no_git_is_refused(tmp_path):
     make_tree(tmp_path, "A = 1\n")
     assert recorded_commit(tmp_path) is None
+    for text in ("not json", "[1, 2]", '{"tree_sha256": "x"}'):
+        (tmp_path / ".device-commit").write_text(text)
+        assert recorded_commit(tmp_path) is None
     with pytest.raises(RuntimeError, match="not a git checkout"):
         record_commit(tmp_path)
