@@ -61,6 +61,16 @@ def test_the_runs_are_60f08a8s_on_an_h100():
     assert all(engine["engines"][arm]["status"] == "READY" for arm in ("route", "golden"))
     assert engine["settle_rounds"] and len(engine["rounds"]) == 5
     assert not kernels["complete"] and kernels["summary"]["cases"] == 62
+    have = {(c["op"], c["state_dtype"], c["batch"]) for c in kernels["cases"]}
+    missing = {
+        (op, dtype, 1024)
+        for op in ("recurrent", "conv", "decode_step")
+        for dtype in ("float32", "bfloat16")
+    } - have
+    assert missing == {
+        ("decode_step", "float32", 1024),
+        *((op, "bfloat16", 1024) for op in ("recurrent", "conv", "decode_step")),
+    }
 
 
 def test_the_round_samples_are_what_the_script_makes_of_the_run():
