@@ -43,7 +43,8 @@ spec).
 With ``--profile`` (``throughput``, or ``decode``: the decode prompts with
 ``PROFILE_DECODE_NEW_TOKENS`` new tokens), after the rounds each arm runs that workload once
 more under vLLM's torch profiler, and the report gives its device time by kernel category
-(``e2e/kernel_profile.py``) and, for every other arm, the extra time per category against
+(``e2e/kernel_profile.py``; with the share of the run's device span in which the GPU ran
+nothing, ``device_idle_share``) and, for every other arm, the extra time per category against
 ``vllm`` (or ``route`` where vLLM alone did not run): where the time goes. The profiler is
 configured at engine start and runs only for those profiled runs. ``--profile-rounds N`` runs
 N of them per arm, arms alternating, and gives each arm's device time over the base arm's
@@ -727,7 +728,7 @@ def profile(
             summary = done[arm]
             print(
                 f"profile {arm} ({r + 1}/{rounds}): {summary['device_us'] / 1e3:.1f} ms on the "
-                "device, "
+                f"device, idle {summary.get('device_idle_share') or 0:.1%} of its span, "
                 + ", ".join(f"{k} {v:.0%}" for k, v in summary["categories_share"].items()),
                 flush=True,
             )

@@ -5,7 +5,11 @@ and ``stop_profile``) writes Chrome traces; every device activity in them (``"ca
 ``kernel``, ``gpu_memcpy`` or ``gpu_memset``, CUDA-graph replays included) is summed by the
 category its name matches first in ``CATEGORIES``, with its launches counted; each of the top
 kernels also says how its launches split by launch grid (the trace's ``args.grid``), so that
-two runs' times per launch compare at the same shape.
+two runs' times per launch compare at the same shape. Per trace file, the span from its first
+device activity's start to its last one's end and the time in it with at least one activity
+running (``device_span_us``, ``device_busy_us``, summed over the files) tell how long the GPU
+waited for the host in the profiled run (``device_idle_share``); the profiler slows the host
+side, so that share is an upper bound of the unprofiled run's.
 """
 
 from __future__ import annotations
@@ -69,6 +73,23 @@ def grid_of(event: dict[str, Any]) -> tuple[int, ...] | None:
     return tuple(grid) if isinstance(grid, list) else None
 
 
+def busy_and_span(intervals: list[tuple[float, float]]) -> tuple[float, float]:
+    """(time covered by at least one of the ``(start, end)`` intervals, end of the last minus
+    start of the first); (0, 0) for none."""
+    if not intervals:
+        return 0.0, 0.0
+    ordered = sorted(intervals)
+    busy, (start, end) = 0.0, ordered[0]
+    for first, last in ordered[1:]:
+        if first > end:
+            busy += end - start
+            start, end = first, last
+        else:
+            end = max(end, last)
+    busy += end - start
+    return busy, max(last for _, last in ordered) - ordered[0][0]
+
+
 def kernel_time_summary(paths: Iterable[Path], top: int = 12, top_grids: int = 4) -> dict[str, Any]:
     """Device time by category over ``paths``: microseconds, launches, shares, and the ``top``
     kernels, each with its launches and its ``top_grids`` grids by time (launches and
@@ -78,14 +99,21 @@ def kernel_time_summary(paths: Iterable[Path], top: int = 12, top_grids: int = 4
     by_grid: dict[str, dict[tuple[int, ...] | None, list[float]]] = {}  # name: grid: [n, us]
     count = 0
     files = []
+    busy_us = span_us = 0.0
     for path in paths:
         files.append(path.name)
+        intervals = []
         for event in device_events(path):
             name = event.get("name", "?")
             cell = by_grid.setdefault(name, {}).setdefault(grid_of(event), [0, 0.0])
             cell[0] += 1
             cell[1] += float(event.get("dur", 0.0))
             count += 1
+            start = float(event.get("ts", 0.0))
+            intervals.append((start, start + float(event.get("dur", 0.0))))
+        busy, span = busy_and_span(intervals)
+        busy_us += busy
+        span_us += span
     by_name = {name: sum(us for _, us in grids.values()) for name, grids in by_grid.items()}
     launches = {name: sum(n for n, _ in grids.values()) for name, grids in by_grid.items()}
     for name, us in by_name.items():  # one regex search per distinct kernel name
@@ -106,6 +134,9 @@ def kernel_time_summary(paths: Iterable[Path], top: int = 12, top_grids: int = 4
         "trace_files": files,
         "device_events": count,
         "device_us": round(total, 1),
+        "device_span_us": round(span_us, 1),
+        "device_busy_us": round(busy_us, 1),
+        "device_idle_share": round(1 - busy_us / span_us, 4) if span_us else None,
         "categories_us": {k: round(v, 1) for k, v in sorted(by_category.items())},
         "categories_launches": dict(sorted(launches_by_category.items())),
         "categories_share": {

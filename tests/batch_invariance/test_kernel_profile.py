@@ -136,3 +136,25 @@ def test_comparison_attributes_the_extra_time_per_category():
         "device_time_ratio": 1.5,
         "categories_us_extra": {"gemm": 40.0, "moe": 0.0, "other": 10.0},
     }
+
+
+def test_the_gpus_idle_time_is_the_span_less_the_union_of_its_activities(tmp_path):
+    """Two overlapping kernels count once (a union, not a sum), a gap between activities is
+    idle, and each file's span is its own (the gap between two files' runs is not idle)."""
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "a", "ts": 100.0, "dur": 10.0},
+        {"ph": "X", "cat": "kernel", "name": "b", "ts": 105.0, "dur": 10.0},  # overlaps a
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy", "ts": 135.0, "dur": 5.0},  # 20 idle
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 500.0},  # host
+    ]
+    first, second = tmp_path / "one.json", tmp_path / "two.json"
+    first.write_text(json.dumps({"traceEvents": events}))
+    later = [dict(e, ts=e["ts"] + 10_000.0) for e in events[:2]]  # another run, no gap inside
+    second.write_text(json.dumps({"traceEvents": later}))
+    one = kernel_time_summary([first])
+    assert one["device_us"] == 25.0  # the sum counts the overlap twice
+    assert (one["device_busy_us"], one["device_span_us"]) == (20.0, 40.0)
+    assert one["device_idle_share"] == 0.5
+    both = kernel_time_summary([first, second])
+    assert (both["device_busy_us"], both["device_span_us"]) == (35.0, 55.0)
+    assert kernel_time_summary([])["device_idle_share"] is None
