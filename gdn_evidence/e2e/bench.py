@@ -84,7 +84,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gdn_evidence.e2e.determinism import root_cause
+from gdn_evidence.e2e.determinism import plugin_lines, root_cause
 from gdn_evidence.e2e.engine_options import add_engine_arguments, engine_options
 from gdn_evidence.e2e.kernel_profile import compare_to, kernel_time_summary
 from gdn_evidence.e2e.plugin_site import PLUGIN, engine_env, plugin_site
@@ -126,6 +126,12 @@ KV_CACHE_LINE = "KV cache size"  # vLLM's startup line with the KV cache's capac
 def throughput_prompts() -> list[str]:
     lengths = [64 + (i * 379) % 961 for i in range(THROUGHPUT_PROMPTS)]  # 64..1024
     return [words(n, start=13 * i) for i, n in enumerate(lengths)]
+
+
+def kv_cache_lines(log: str) -> list[str]:
+    """vLLM's lines of an engine's ``log`` with its KV cache capacity (tokens, and the
+    concurrency it allows at the model's length)."""
+    return [line.strip() for line in log.splitlines() if KV_CACHE_LINE in line][:2]
 
 
 def preemption_count(metrics: list[Any]) -> int:
@@ -456,17 +462,6 @@ class Engine:
         """:class:`EngineLost` for ``op`` from the engine's answer ``payload`` and its log."""
         returncode = payload.get("returncode", self.proc.poll())
         return EngineLost(self.arm, op, status, returncode, payload.get("error"), self.log_text())
-
-    def kv_cache_lines(self) -> list[str]:
-        """vLLM's lines with the engine's KV cache capacity (tokens, and the concurrency it
-        allows at the model's length)."""
-        lines = self.log_text().splitlines()
-        return [line.strip() for line in lines if KV_CACHE_LINE in line][:2]
-
-    def plugin_lines(self) -> list[str]:
-        """The plugin's one-line reports of this engine's processes."""
-        lines = self.log_text().splitlines()
-        return [line.strip() for line in lines if "gdn_invariant" in line and "[pid" in line][:6]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -982,10 +977,11 @@ def main(argv: list[str] | None = None) -> int:
                 kind, payload = engine.wait_for({"READY"}, args.start_timeout)
                 report["engines"][arm] = {"status": kind, **payload}
         for arm, engine in engines.items():
-            report["engines"][arm]["plugin_log"] = engine.plugin_lines()
-            report["engines"][arm]["kv_cache"] = engine.kv_cache_lines()
+            log = engine.log_text()
+            report["engines"][arm]["plugin_log"] = plugin_lines(log)[:6]
+            report["engines"][arm]["kv_cache"] = kv_cache_lines(log)
             if report["engines"][arm]["status"] != "READY":
-                report["engines"][arm]["root_cause"] = root_cause(engine.log_text())
+                report["engines"][arm]["root_cause"] = root_cause(log)
         write()
         ready = [a for a in arms if report["engines"][a]["status"] == "READY"]
         for arm in ready:  # no timed round while another engine still warms up on the GPU

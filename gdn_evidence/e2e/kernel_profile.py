@@ -87,7 +87,7 @@ def busy_and_span(intervals: list[tuple[float, float]]) -> tuple[float, float]:
         else:
             end = max(end, last)
     busy += end - start
-    return busy, max(last for _, last in ordered) - ordered[0][0]
+    return busy, end - ordered[0][0]  # the last merged run ends with the latest interval
 
 
 def kernel_time_summary(paths: Iterable[Path], top: int = 12, top_grids: int = 4) -> dict[str, Any]:
@@ -105,12 +105,13 @@ def kernel_time_summary(paths: Iterable[Path], top: int = 12, top_grids: int = 4
         intervals = []
         for event in device_events(path):
             name = event.get("name", "?")
+            duration = float(event.get("dur", 0.0))
             cell = by_grid.setdefault(name, {}).setdefault(grid_of(event), [0, 0.0])
             cell[0] += 1
-            cell[1] += float(event.get("dur", 0.0))
+            cell[1] += duration
             count += 1
             start = float(event.get("ts", 0.0))
-            intervals.append((start, start + float(event.get("dur", 0.0))))
+            intervals.append((start, start + duration))
         busy, span = busy_and_span(intervals)
         busy_us += busy
         span_us += span

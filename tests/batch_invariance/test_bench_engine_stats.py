@@ -114,7 +114,7 @@ def test_the_kv_cache_lines_are_vllms_capacity_lines():
             "  GPU KV cache size: 2 tokens (a third)",
         ]
     )
-    lines = bench.Engine.kv_cache_lines(SimpleNamespace(log_text=lambda: log))
+    lines = bench.kv_cache_lines(log)
     assert lines == [log.splitlines()[0], "GPU KV cache size: 1 tokens (a second core)"]
 
 
