@@ -199,8 +199,8 @@ case $stage in
   golden-long)
     samples gpu_samples
     job bench_engine_golden_long python scripts/bench_engine.py --arms route,golden \
-      --workloads decode,itl --decode-new-tokens "${LONG_NEW_TOKENS:-1536}" --rounds 6 --settle-rounds 1 \
-      --start-timeout 400 --pin-cpus --num-layers "${DEEP_LAYERS:-24}" \
+      --workloads decode,itl --decode-new-tokens "${LONG_NEW_TOKENS:-1536}" --rounds 6 \
+      --settle-rounds 1 --start-timeout 400 --pin-cpus --num-layers "${DEEP_LAYERS:-24}" \
       --gpu-memory-utilization 0.4 --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --log-stats \
       --out "$out/bench_engine_golden_long.json"
     ;;

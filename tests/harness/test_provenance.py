@@ -56,18 +56,21 @@ def test_the_source_digest_names_the_code_not_the_copy(tmp_path):
     assert provenance()["source_sha256"] == source_digest()
 
 
+def git(root, *args):
+    """``git args`` in the checkout at ``root``, as a committer named t."""
+    command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root), *args]
+    subprocess.run(command, check=True)
+
+
 def make_checkout(root):
     """A git checkout with one commit of a source tree; returns its HEAD."""
     make_tree(root, "A = 1\n")
     (root / "gdn_evidence").mkdir()
     (root / "gdn_evidence" / "e.py").write_text("E = 1\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "tree"], check=True)
-    return subprocess.run(
-        [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "tree")
+    return checkout_git_state(root)[0]
 
 
 def copy_without_git(source, target):
@@ -96,10 +99,9 @@ def test_a_stale_git_reads_dirty_and_the_record_wins(tmp_path, monkeypatch):
     checkout = tmp_path / "checkout"
     older = make_checkout(checkout)
     (checkout / "scripts" / "b.py").write_text("B = 3\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(checkout)]
-    subprocess.run([*git, "commit", "-qam", "newer"], check=True)
+    git(checkout, "commit", "-qam", "newer")
     newer = record_commit(checkout)["git_commit"]
-    subprocess.run([*git, "reset", "-q", "--soft", older], check=True)  # HEAD back, files not
+    git(checkout, "reset", "-q", "--soft", older)  # HEAD back, files not
     assert checkout_git_state(checkout) == (older, True)
     assert git_state(checkout) == (newer, False)
 
@@ -112,8 +114,7 @@ def test_a_clean_checkout_names_its_head_over_an_older_record(tmp_path, monkeypa
     older = make_checkout(checkout)
     record_commit(checkout)
     (checkout / "notes.txt").write_text("docs only")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(checkout)]
-    subprocess.run([*git, "commit", "-qam", "docs"], check=True)
+    git(checkout, "commit", "-qam", "docs")
     head = checkout_git_state(checkout)[0]
     assert head != older and recorded_commit(checkout) == (older, False)
     assert git_state(checkout) == (head, False)

@@ -16,6 +16,7 @@ from gdn_evidence.e2e.round_samples import read_cpu_samples, read_gpu_samples, r
 from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT
 
 from ..doc_blocks import marked_block
+from .test_evidence_df9fd2b import spread
 from .test_evidence_docs import DOC, ROOT, flat_doc
 
 RUN = ROOT / "docs" / "evidence" / "h200_engine" / "60f08a8"
@@ -183,7 +184,7 @@ def hosts_table() -> str:
         rows.append(
             f"| {commit}/{name} | {report['engines']['route']['start_seconds']:.0f} "
             f"| {len(report['rounds'])} | {min(seconds):.2f} | {median:.2f} | {max(seconds):.2f} "
-            f"| {100 * (max(seconds) - min(seconds)) / median:.1f} % |"
+            f"| {spread(seconds):.1f} % |"
         )
     return "\n".join(rows)
 
