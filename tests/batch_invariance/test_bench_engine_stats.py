@@ -1,6 +1,6 @@
 """The engine benchmark's diagnostics, on CPU with a stand-in ``vllm``: every timed workload's
-answer says when it started, with ``--log-stats`` how many requests its engine preempted during
-it, and each engine's report keeps vLLM's KV cache capacity line."""
+answer says when it started and ended, with ``--log-stats`` how many requests its engine
+preempted during it, and each engine's report keeps vLLM's KV cache capacity line."""
 
 from __future__ import annotations
 
