@@ -44,7 +44,8 @@
 #                 then $OUT/round_samples.json and .log: engine_round_samples.py's lines;
 #                 DEEP_LAYERS (default 24) and LONG_NEW_TOKENS (default 1536) set the model's
 #                 layers and the decode rounds' new tokens (48 and 768: Qwen3-Next's depth, a
-#                 GPU step twice as long for the same host work, rounds as long as 24 x 1536)
+#                 GPU step twice as long for the same host work, rounds as long as 24 x 1536);
+#                 START_TIMEOUT (default 400 s) the engines' start limit
 #                 (copy $OUT/bench_engine_golden_long.json to docs/evidence/bench_engine_golden.json)
 #   kernels       the golden kernels' GPU tests (bitwise against the goldens, launch path), then
 #                 bench_decode.py --quick --rounds 7 --what-if at every batch size (alone on the
@@ -200,7 +201,8 @@ case $stage in
     samples gpu_samples
     job bench_engine_golden_long python scripts/bench_engine.py --arms route,golden \
       --workloads decode,itl --decode-new-tokens "${LONG_NEW_TOKENS:-1536}" --rounds 6 \
-      --settle-rounds 1 --start-timeout 400 --pin-cpus --num-layers "${DEEP_LAYERS:-24}" \
+      --settle-rounds 1 --start-timeout "${START_TIMEOUT:-400}" --pin-cpus \
+      --num-layers "${DEEP_LAYERS:-24}" \
       --gpu-memory-utilization 0.4 --max-num-seqs "${DEEP_MAX_NUM_SEQS:-256}" --log-stats \
       --out "$out/bench_engine_golden_long.json"
     ;;
