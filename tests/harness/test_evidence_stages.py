@@ -65,6 +65,14 @@ OUT = ROOT
 
 ENVIRONMENTS = {  # stage: the extra environments its command lines are checked under
     "golden-deep": [{"DEEP_LAYERS": "48", "DEEP_MAX_NUM_SEQS": "512"}],
+    "golden-long": [
+        {
+            "DEEP_LAYERS": "48",
+            "LONG_NEW_TOKENS": "768",
+            "DEEP_MAX_NUM_SEQS": "128",
+            "START_TIMEOUT": "480",
+        }
+    ],
 }
 
 
@@ -185,3 +193,26 @@ def test_what_bench_engine_checks_after_parsing_is_covered():
             ["--arms", "route,golden"],
         ],
     ) == ["checked", "exit 2", "exit 2", "exit 2"]
+
+
+def test_golden_long_takes_its_knobs_into_the_bench_command():
+    """Stage golden-long's knobs reach bench_engine's command line (none accepted and dropped);
+    without them the line has the defaults."""
+
+    def options(extra: dict[str, str]) -> dict[str, str]:
+        (line,) = command_lines("golden-long", extra)
+        flags = ("--num-layers", "--decode-new-tokens", "--max-num-seqs", "--start-timeout")
+        return {flag: line[line.index(flag) + 1] for flag in flags}
+
+    assert options(ENVIRONMENTS["golden-long"][0]) == {
+        "--num-layers": "48",
+        "--decode-new-tokens": "768",
+        "--max-num-seqs": "128",
+        "--start-timeout": "480",
+    }
+    assert options({}) == {
+        "--num-layers": "24",
+        "--decode-new-tokens": "1536",
+        "--max-num-seqs": "256",
+        "--start-timeout": "400",
+    }
