@@ -298,7 +298,7 @@ def kernel_claims() -> list[str]:
             if (c["op"], c["state_dtype"]) == (op, state) and (c["batch"] >= 64) == large
         ]
 
-    engine = load(EVIDENCE / "bench_engine_golden.json")["summary"]
+    engine = load(EVIDENCE / "h200_engine" / "6aa67cf" / "bench_engine_golden.json")["summary"]
     host_path = load(EVIDENCE / "h200_engine" / "67c154e" / "bench_engine_golden.json")
     golden = host_path["summary"]["ratio_spread"]["golden"]["decode_throughput_vs_route"]
     host_spread = golden["spread"]
@@ -457,6 +457,27 @@ def kernel_claims() -> list[str]:
 
     output_store = (EVIDENCE / "h200_engine" / "b4eb0d3" / "output_store_verdict.log").read_text()
     verdict = output_store.split("geometric mean ours/through shared memory ")[1].split(",")[0]
+    layers_48_run = EVIDENCE / "h200_engine" / "12a6389"
+    layers_48 = load(EVIDENCE / "bench_engine_golden.json")
+    assert layers_48 == load(layers_48_run / "bench_engine_golden_long.json")
+    assert layers_48["provenance"]["model"]["num_hidden_layers"] == 48
+    assert "H100" in layers_48["provenance"]["device"]
+    l48 = layers_48["summary"]
+    l48_rounds = l48["round_ratios"]["golden"]["decode_throughput_vs_route"]
+    l48_spread = l48["ratio_spread"]["golden"]["decode_throughput_vs_route"]["spread"]
+    l48_seconds = {
+        arm: [r[arm]["decode"]["seconds"] for r in layers_48["rounds"]]
+        for arm in ("route", "golden")
+    }
+    assert max(l48_seconds["route"]) < min(l48_seconds["golden"])
+    assert sum(r < 0.99 for r in l48_rounds) == 1 and len(l48_rounds) == 6
+    l48_kernels = load(layers_48_run / "bench_decode.json")
+    assert "174 passed" in (layers_48_run / "pytest_kernels.log").read_text()
+    l48_bf16 = [
+        c["speed_vs_vllm_device"]
+        for c in l48_kernels["cases"]
+        if (c["op"], c["state_dtype"]) == ("recurrent", "bfloat16") and c["batch"] >= 64
+    ]
     deep_device = deep_profile["golden"]["device_time_ratio_spread"]["median"]
     deep_spread = deep["summary"]["ratio_spread"]["golden"]["decode_throughput_vs_route"]
     deep_rounds = deep["summary"]["round_ratios"]["golden"]["decode_throughput_vs_route"]
@@ -542,6 +563,13 @@ def kernel_claims() -> list[str]:
         f"API bound was met in all {len(package['cases'])} cases, and in device time from B = 64 "
         f"the bfloat16 recurrent step ran at {span(package_now('bfloat16'), '.3f')}× vLLM and "
         f"the float32 one at {span(package_now('float32'), '.3f')}×",
+        f"rounds agreed within {100 * l48_spread:.2f} %, and mode golden's decode throughput was "
+        f"{l48['ratios']['golden']['decode_throughput_vs_route']:.4f}× mode route's by the "
+        f"medians (round ratios {span(l48_rounds, '.3f')}×, every golden round slower than every "
+        f"route round; inter-token latency {l48['ratios']['golden']['itl_vs_route']:.4f}×)",
+        f"commit {layers_48['provenance']['git_commit'][:7]}, an H100",
+        f"met in all {len(l48_kernels['cases']) - len(l48_kernels['summary']['api_bound_misses'])} "
+        f"cases, with the bfloat16 recurrent step at {span(l48_bf16, '.3f')}× vLLM from B = 64",
     ]
 
 

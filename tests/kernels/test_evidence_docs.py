@@ -10,8 +10,8 @@ one at 1ee138d (h200_engine/1ee138d/, with its engine run and profile), the one 
 (h200_engine/fbcbb14/, the host path on an H100), the one at ea50d1f
 (h200_engine/ea50d1f/, beside 6aa67cf's package on the same machine) and the engine run after it
 (h200_engine/67c154e/), the latest H200 run
-(docs/evidence/bench_decode.json at 6aa67cf, whose Triton functions are today's, and
-bench_engine_golden.json beside it), the run at 613a30b
+(docs/evidence/bench_decode.json at 6aa67cf, whose Triton functions are today's, and the engine
+run beside it, h200_engine/6aa67cf/bench_engine_golden.json), the run at 613a30b
 (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at 67cd0fa before it
 (docs/evidence/h200_engine/67cd0fa/bench_decode.json) and the earlier one with vLLM 0.34.0's
 kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
@@ -52,7 +52,9 @@ AT_FBCBB14 = AT_FBCBB14_RUN / "bench_decode.json"
 SAME_MACHINE = HOST_PATH / "bench_decode_6aa67cf_same_machine.json"
 KERNEL_SOURCES = ("conv.py", "elementary.py", "recurrent.py")
 AT_613A30B = ROOT / "docs" / "evidence" / "h200_engine" / "613a30b" / "bench_decode.json"
-ENGINE_CURRENT = ROOT / "docs" / "evidence" / "bench_engine_golden.json"
+ENGINE_AT_6AA67CF = (
+    ROOT / "docs" / "evidence" / "h200_engine" / "6aa67cf" / "bench_engine_golden.json"
+)
 ENGINE_HOST_PATH = (
     ROOT / "docs" / "evidence" / "h200_engine" / "67c154e" / "bench_engine_golden.json"
 )
@@ -531,7 +533,7 @@ def test_the_24_layer_engine_runs_are_quoted():
         f"{min(latency_rounds):.3f}–{max(latency_rounds):.3f} (spread "
         f"{100 * latency_spread['spread']:.2f} %, median {latency_spread['median']:.4f})." in doc
     )
-    earlier = json.loads(ENGINE_CURRENT.read_text())["summary"]["ratio_spread"]["golden"]
+    earlier = json.loads(ENGINE_AT_6AA67CF.read_text())["summary"]["ratio_spread"]["golden"]
     assert (
         f"(8 layers and 9 s rounds at 6aa67cf: "
         f"{100 * earlier['decode_throughput_vs_route']['spread']:.1f} %)" in doc
@@ -957,7 +959,7 @@ def test_the_conv_sweep_is_quoted():
 
 
 def test_the_engine_paragraph_quotes_bench_engine_golden():
-    summary = json.loads(ENGINE_CURRENT.read_text())["summary"]
+    summary = json.loads(ENGINE_AT_6AA67CF.read_text())["summary"]
     ratios, spread = summary["ratios"]["golden"], summary["ratio_spread"]["golden"]
     decode = summary["round_ratios"]["golden"]["decode_throughput_vs_route"]
     doc = flat_doc()
@@ -980,7 +982,7 @@ def test_the_engine_paragraph_quotes_bench_engine_golden():
     )
     assert f"coverage) runs {low:.2f}–{high:.2f}." in doc
     assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] in doc
-    rounds = json.loads(ENGINE_CURRENT.read_text())["rounds"]
+    rounds = json.loads(ENGINE_AT_6AA67CF.read_text())["rounds"]
     for arm in ("route", "golden"):
         throughput = [r[arm]["decode"]["output_tok_s"] for r in rounds]
         assert f"{max(throughput) / min(throughput):.2f}x ({arm})" in doc
