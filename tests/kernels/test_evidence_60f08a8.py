@@ -75,17 +75,26 @@ def test_the_runs_are_60f08a8s_on_an_h100():
     }
 
 
-def test_the_round_samples_are_what_the_script_makes_of_the_run():
+SAMPLED_RUNS = ("60f08a8", "12a6389")  # golden-long runs with GPU and CPU samples beside them
+
+
+@pytest.mark.parametrize("commit", SAMPLED_RUNS)
+def test_the_round_samples_are_what_the_script_makes_of_the_run(commit):
+    run = RUN.parent / commit
+    report = json.loads((run / "bench_engine_golden_long.json").read_text())
     rows = round_samples(
-        load("bench_engine_golden_long.json"),
-        read_gpu_samples(RUN / "gpu_samples.csv"),
-        read_cpu_samples(RUN / "gpu_samples_cpu.txt"),
+        report,
+        read_gpu_samples(run / "gpu_samples.csv"),
+        read_cpu_samples(run / "gpu_samples_cpu.txt"),
     )
-    assert rows == load("round_samples.json")
+    assert rows == json.loads((run / "round_samples.json").read_text())
 
 
-def test_the_golden_long_60f08a8_table_is_its_evidence_files():
-    assert marked_block(DOC.read_text(), "golden-long-60f08a8-table") == decode_table(decode_rows())
+@pytest.mark.parametrize("commit", SAMPLED_RUNS)
+def test_the_golden_long_table_is_its_evidence_files(commit):
+    rows = json.loads((RUN.parent / commit / "round_samples.json").read_text())
+    decode = [r for r in rows if r["workload"] == "decode"]
+    assert marked_block(DOC.read_text(), f"golden-long-{commit}-table") == decode_table(decode)
 
 
 def test_the_rounds_analysis_is_quoted():
