@@ -113,6 +113,12 @@ def test_the_rounds_analysis_is_quoted():
     assert summary["targets"]["golden_decode_throughput_at_least_0.99x_route"] == "inconclusive"
     assert summary["ratios"]["golden"][THROUGHPUT] >= 0.99 and spread[THROUGHPUT]["median"] >= 0.99
     assert spread[THROUGHPUT]["spread"] < 0.03
+    margin = 100 * (summary["ratios"]["golden"][THROUGHPUT] - 0.99)
+    assert interval["interval"][0] < 0.99 < interval["interval"][1]
+    assert (
+        f"by a margin of {margin:.1f} %; the interval for the median round ratio reaches just "
+        f"below 0.99 ({interval['interval'][0]:.4f})" in doc
+    )
     assert (
         f"latency, golden against route, {summary['ratios']['golden'][LATENCY]:.4f}x by the "
         f"medians (round ratios {span(ratios[LATENCY], '.3f')}, spread "
