@@ -475,11 +475,7 @@ def kernel_claims() -> list[str]:
     assert sum(r < 0.99 for r in l48_rounds) == 1 and len(l48_rounds) == 6
     l48_kernels = load(layers_48_run / "bench_decode.json")
     assert "174 passed" in (layers_48_run / "pytest_kernels.log").read_text()
-    l48_bf16 = [
-        c["speed_vs_vllm_device"]
-        for c in l48_kernels["cases"]
-        if (c["op"], c["state_dtype"]) == ("recurrent", "bfloat16") and c["batch"] >= 64
-    ]
+    l48_bf16 = device("recurrent", "bfloat16", True, l48_kernels["cases"])
     deep_device = deep_profile["golden"]["device_time_ratio_spread"]["median"]
     deep_spread = deep["summary"]["ratio_spread"]["golden"]["decode_throughput_vs_route"]
     deep_rounds = deep["summary"]["round_ratios"]["golden"]["decode_throughput_vs_route"]

@@ -8,7 +8,9 @@ from __future__ import annotations
 import functools
 import json
 
+from ..evidence_cases import cells
 from .test_evidence_docs import ROOT, flat_doc
+from .test_evidence_f9eea9a import span
 
 RUN = ROOT / "docs" / "evidence" / "h200_engine" / "12a6389"
 ACCEPTANCE = ROOT / "docs" / "evidence" / "bench_engine_golden.json"
@@ -26,24 +28,10 @@ def decode_rows() -> list[dict]:
     return [r for r in load("round_samples.json") if r["workload"] == "decode"]
 
 
-def span(values: list[float], fmt: str) -> str:
-    return f"{min(values):{fmt}}–{max(values):{fmt}}"
-
-
 def device(op: str, state: str, large: bool, key: str = "speed_vs_vllm_device") -> list[float]:
-    return [
-        c[key]
-        for c in load("bench_decode.json")["cases"]
-        if (c["op"], c["state_dtype"]) == (op, state) and (c["batch"] >= 64) == large
-    ]
-
-
-def cold_conv() -> list[float]:
-    return [
-        c["speed_vs_vllm_device_cold"]
-        for c in load("bench_decode.json")["cases"]
-        if (c["op"], c["state_dtype"]) == ("conv", "bfloat16")
-    ]
+    """``key`` of the kernels run's ``op`` cases with a ``state`` state, from B = 64 or below it."""
+    low, high = (64, 1024) if large else (1, 32)
+    return [c[key] for c in cells(load("bench_decode.json")["cases"], op, state, low, high)]
 
 
 def test_the_runs_are_12a6389s_on_an_h100_with_48_layers():
@@ -134,6 +122,7 @@ def test_the_kernels_stage_is_quoted():
     cases = load("bench_decode.json")["cases"]
     small_wall = min(c["speed_vs_vllm_wall"] for c in cases if c["batch"] < 64)
     bf16_recurrent = span(device("recurrent", "bfloat16", True), ".3f")
+    cold = [c["speed_vs_vllm_device_cold"] for c in cells(cases, "conv", "bfloat16")]
     assert (
         f"every op's wall time below B = 64 {small_wall:.3f}x "
         f"vLLM or more and the conv with an fp32 cache {min(device('conv', 'float32', True)):.3f}x "
@@ -147,5 +136,5 @@ def test_the_kernels_stage_is_quoted():
         f"{span(device('decode_step', 'float32', True), '.3f')}x), and the conv with a bf16 cache "
         f"in some cells ({span(device('conv', 'bfloat16', True), '.3f')}x from B = 64 and "
         f"{span(device('conv', 'bfloat16', False), '.3f')}x below; with L2 flushed "
-        f"{span(cold_conv(), '.3f')}x at every B)" in doc
+        f"{span(cold)}x at every B)" in doc
     )
