@@ -1,5 +1,6 @@
-"""What the evidence tests share: a complete report of a clean commit, and the cases of one op
-and state dtype in a range of batch sizes, from a benchmark report's ``cases``."""
+"""What the evidence tests share: a complete report of a clean commit, the cases of one op and
+state dtype in a range of batch sizes, from a benchmark report's ``cases``, and a range of
+values written as the docs write it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ def cells(cases: list[dict], op: str, state: str, low: int = 1, high: int = 1024
     return [
         c for c in cases if (c["op"], c["state_dtype"]) == (op, state) and low <= c["batch"] <= high
     ]
+
+
+def span(values: list[float], fmt: str = ".3f", unit: str = "") -> str:
+    """``lo–hi`` of ``values`` in ``fmt``, then ``unit`` (``0.951–0.971x``)."""
+    return f"{min(values):{fmt}}–{max(values):{fmt}}{unit}"
 
 
 def fastest_pipelined(ratios: dict[str, float]) -> float:

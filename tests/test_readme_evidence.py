@@ -23,7 +23,7 @@ from vllm_gdn_invariant.cli.demo import TOKEN_BUDGET
 from vllm_gdn_invariant.models.tiny import DEMO_OTHER_WORDS
 from vllm_gdn_invariant.shadow.checker import MAX_IN_FLIGHT
 
-from .evidence_cases import cells, fastest_pipelined
+from .evidence_cases import cells, fastest_pipelined, span
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIDENCE = ROOT / "docs" / "evidence"
@@ -50,11 +50,6 @@ def readme() -> str:
 @cache
 def load(path: Path) -> dict:
     return json.loads(path.read_text())
-
-
-def span(values: list[float], fmt: str, unit: str = "") -> str:
-    """``lo–hi`` of ``values`` in ``fmt``, then ``unit`` (``0.73–1.22x``)."""
-    return f"{min(values):{fmt}}–{max(values):{fmt}}{unit}"
 
 
 # demo

@@ -8,9 +8,8 @@ from __future__ import annotations
 import functools
 import json
 
-from ..evidence_cases import cells
+from ..evidence_cases import cells, span
 from .test_evidence_docs import ROOT, flat_doc
-from .test_evidence_f9eea9a import span
 
 RUN = ROOT / "docs" / "evidence" / "h200_engine" / "12a6389"
 ACCEPTANCE = ROOT / "docs" / "evidence" / "bench_engine_golden.json"

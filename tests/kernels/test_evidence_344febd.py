@@ -9,7 +9,7 @@ import functools
 import json
 
 from ..doc_blocks import marked_block, printed
-from ..evidence_cases import cells, clean_report
+from ..evidence_cases import cells, clean_report, span
 from .test_evidence_docs import (
     AT_4356317,
     DOC,
@@ -35,10 +35,6 @@ def l2_set(state: str, key: str = DEVICE) -> dict[int, dict[str, float]]:
     return {
         c["batch"]: c["l2_prefetch"][key] for c in report()["cases"] if c["state_dtype"] == state
     }
-
-
-def span(values: list[float], fmt: str = ".3f") -> str:
-    return f"{min(values):{fmt}}–{max(values):{fmt}}"
 
 
 def test_the_stage_kernels_run_is_quoted():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ..doc_blocks import marked_block, printed
+from ..evidence_cases import span
 from .test_evidence_82bf7a3 import ARMS, L2_AHEAD_PROFILE, per_launch
 from .test_evidence_docs import DOC, ROOT, flat_doc
 
@@ -41,10 +42,6 @@ def bf16_cases(path: Path, low: int = 64) -> dict[int, dict]:
         for c in load(path)["cases"]
         if c["state_dtype"] == "bfloat16" and c["batch"] >= low
     }
-
-
-def span(values, fmt: str = ".3f") -> str:
-    return f"{min(values):{fmt}}–{max(values):{fmt}}"
 
 
 @pytest.mark.parametrize("path, variants, flush", RUNS_AND_SETS, ids=lambda v: str(v)[-30:])

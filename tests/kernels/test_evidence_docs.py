@@ -30,7 +30,7 @@ import pytest
 from gdn_evidence.harness.pipelined_kernel import STAGES_PER_SHAPE
 
 from ..doc_blocks import marked_block, printed
-from ..evidence_cases import cells, fastest_pipelined
+from ..evidence_cases import cells, fastest_pipelined, span
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
@@ -345,14 +345,13 @@ def test_the_pipelined_loop_timed_is_quoted():
     def ratios(state: str, value, low: int = 64) -> list[float]:
         return [value(p) for s, b, p in sets if s == state and b >= low]
 
-    def span(values: list[float], fmt: str = ".3f") -> str:
-        return f"{min(values):{fmt}}–{max(values):{fmt}}x"
-
     assert all(fastest(p) < p["speed_vs_vllm_device"]["ours"] for _, b, p in sets if b >= 32)
     device = "speed_vs_vllm_device"
-    ours = {s: span(ratios(s, lambda p: p[device]["ours"])) for s in STATE}
-    best = {s: span(ratios(s, fastest)) for s in STATE}
-    best_cold = span(ratios("bfloat16", lambda p: fastest(p, "speed_vs_vllm_device_cold")))
+    ours = {s: span(ratios(s, lambda p: p[device]["ours"]), unit="x") for s in STATE}
+    best = {s: span(ratios(s, fastest), unit="x") for s in STATE}
+    best_cold = span(
+        ratios("bfloat16", lambda p: fastest(p, "speed_vs_vllm_device_cold")), unit="x"
+    )
     alone = {
         s: [
             v / p[device][pipelined_shape(k)]
@@ -362,11 +361,11 @@ def test_the_pipelined_loop_timed_is_quoted():
         ]
         for s in STATE
     }
-    slab = span(ratios("bfloat16", lambda p: p[device]["pipelined_s3_w1c16_slab"]))
-    slab_alone = span(ratios("bfloat16", lambda p: p[device]["w1c16_slab"]))
+    slab = span(ratios("bfloat16", lambda p: p[device]["pipelined_s3_w1c16_slab"]), unit="x")
+    slab_alone = span(ratios("bfloat16", lambda p: p[device]["w1c16_slab"]), unit="x")
     wide = ("pipelined_s2_w2c4", "pipelined_s2_w4c4", "pipelined_s3_w4c4")
     many_warps = span(
-        [v for k in wide for v in ratios("float32", lambda p, k=k: p[device][k], 256)], ".2f"
+        [v for k in wide for v in ratios("float32", lambda p, k=k: p[device][k], 256)], ".2f", "x"
     )
     doc = flat_doc()
     assert f"every variant gave ours' bits in all {compared} comparisons" in doc
@@ -376,8 +375,8 @@ def test_the_pipelined_loop_timed_is_quoted():
         f"with fp32 ours {ours['float32']} and the fastest variant {best['float32']}." in doc
     )
     assert (
-        f"pipelining alone gave a bf16 state {span(alone['bfloat16'])} ours' speed at B >= 64"
-        in doc
+        f"pipelining alone gave a bf16 state {span(alone['bfloat16'], unit='x')} ours' speed "
+        "at B >= 64" in doc
     )
     assert (
         f"the most promising on paper, {slab} vLLM's with three stages against {slab_alone}" in doc

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ..doc_blocks import marked_block, printed
-from ..evidence_cases import clean_report
+from ..evidence_cases import clean_report, span
 from .test_evidence_docs import DOC, ROOT, flat_doc
 
 RUNS = ROOT / "docs" / "evidence" / "h200_engine"
@@ -27,10 +27,6 @@ LAYOUTS = {
 
 def load(path: Path) -> dict:
     return json.loads(path.read_text())
-
-
-def span(values: list[float], fmt: str = ".3f") -> str:
-    return f"{min(values):{fmt}}–{max(values):{fmt}}"
 
 
 def test_the_output_store_table_is_its_evidence_file():
