@@ -282,7 +282,7 @@ def routing_claims() -> list[str]:
 
 
 def kernel_claims() -> list[str]:
-    report = load(EVIDENCE / "bench_decode.json")
+    report = load(EVIDENCE / "h200_engine" / "6aa67cf" / "bench_decode.json")
     every = report["cases"]
     before = load(EVIDENCE / "h200_engine" / "613a30b" / "bench_decode.json")["cases"]
 

@@ -10,8 +10,8 @@ one at 1ee138d (h200_engine/1ee138d/, with its engine run and profile), the one 
 (h200_engine/fbcbb14/, the host path on an H100), the one at ea50d1f
 (h200_engine/ea50d1f/, beside 6aa67cf's package on the same machine) and the engine run after it
 (h200_engine/67c154e/), the latest H200 run
-(docs/evidence/bench_decode.json at 6aa67cf, whose Triton functions are today's, and the engine
-run beside it, h200_engine/6aa67cf/bench_engine_golden.json), the run at 613a30b
+at 6aa67cf, whose Triton functions are today's (h200_engine/6aa67cf/bench_decode.json, and the
+engine run beside it, bench_engine_golden.json), the run at 613a30b
 (docs/evidence/h200_engine/613a30b/bench_decode.json), the one at 67cd0fa before it
 (docs/evidence/h200_engine/67cd0fa/bench_decode.json) and the earlier one with vLLM 0.34.0's
 kernels (docs/evidence/h200/bench_decode_0.34.0_a7cbbb3.json)."""
@@ -34,7 +34,8 @@ from ..evidence_cases import cells, fastest_pipelined, span
 
 ROOT = Path(__file__).resolve().parents[2]
 EVIDENCE = ROOT / "docs" / "evidence" / "h200" / "bench_decode_0.34.0_a7cbbb3.json"
-CURRENT = ROOT / "docs" / "evidence" / "bench_decode.json"  # the latest H200 run of the kernels
+# the H200 run of the Triton functions as they are
+CURRENT = ROOT / "docs" / "evidence" / "h200_engine" / "6aa67cf" / "bench_decode.json"
 HOST_PATH = ROOT / "docs" / "evidence" / "h200_engine" / "ea50d1f"  # an H100
 AT_EA50D1F = HOST_PATH / "bench_decode.json"
 LATEST_RUN = ROOT / "docs" / "evidence" / "h200_engine" / "344febd"  # an H100
