@@ -17,8 +17,19 @@ UNCHANGED = ("vllm_gdn_invariant", "tests/gpu", "scripts")
 
 
 @functools.cache
+def report(path=RUN / "bench_decode.json") -> dict:
+    return json.loads(path.read_text())
+
+
 def cases(path=RUN / "bench_decode.json") -> list[dict]:
-    return json.loads(path.read_text())["cases"]
+    return report(path)["cases"]
+
+
+def conv_checks_from_64(path=RUN / "bench_decode.json") -> list[float]:
+    """``checks_us`` of the run's conv cases from B = 64, both cache dtypes."""
+    return [
+        c["api_bound"]["checks_us"] for c in cases(path) if c["op"] == "conv" and c["batch"] >= 64
+    ]
 
 
 def device(op: str, state: str, low: int, high: int = 1024, key: str = "speed_vs_vllm_device"):
@@ -26,10 +37,10 @@ def device(op: str, state: str, low: int, high: int = 1024, key: str = "speed_vs
 
 
 def test_the_run_is_44d625b_on_an_h100_with_12a6389s_package():
-    report = clean_report(RUN / "bench_decode.json", "44d625b")
-    before = json.loads(BEFORE.read_text())["provenance"]
-    assert report["provenance"]["source_sha256"] == before["source_sha256"]
-    assert "H100" in report["provenance"]["device"] and len(report["cases"]) == 66
+    run = clean_report(RUN / "bench_decode.json", "44d625b")
+    before = report(BEFORE)["provenance"]
+    assert run["provenance"]["source_sha256"] == before["source_sha256"]
+    assert "H100" in run["provenance"]["device"] and len(run["cases"]) == 66
     changed = subprocess.run(
         ["git", "diff", "--name-only", before["git_commit"], "44d625b", "--", *UNCHANGED],
         cwd=ROOT,
@@ -72,13 +83,12 @@ def test_the_device_times_are_quoted():
 
 
 def test_the_api_misses_are_quoted():
-    report = json.loads((RUN / "bench_decode.json").read_text())
-    misses = report["summary"]["api_bound_misses"]
+    misses = report()["summary"]["api_bound_misses"]
     assert [(m["op"], m["state_dtype"], m["batch"]) for m in misses] == [
         ("conv", "float32", 64),
         ("conv", "bfloat16", 512),
     ]
-    assert json.loads(BEFORE.read_text())["summary"]["api_bound_misses"] == []
+    assert report(BEFORE)["summary"]["api_bound_misses"] == []
     doc = flat_doc()
     assert (
         f"by the conv at B = 64 with an fp32 cache ({misses[0]['ratio']:.2f}x the launch's wall "
@@ -101,13 +111,8 @@ def test_the_api_misses_are_quoted():
         f"{span(beyond, '.1f')} µs of host time beyond the device's)" in doc
     )
     assert f"so a quarter of it is {span([w / 4 for w in walls], '.1f')} µs" in doc
-    checks_now = [c["api_bound"]["checks_us"] for c in cells(cases(), "conv", "bfloat16", 64)]
-    checks_now += [c["api_bound"]["checks_us"] for c in cells(cases(), "conv", "float32", 64)]
-    checks_then = [
-        c["api_bound"]["checks_us"] for c in cases(BEFORE) if c["op"] == "conv" and c["batch"] >= 64
-    ]
     assert (
-        f"this host took {span(checks_now, '.1f')} µs per call for the conv's checks from B = 64"
-        in doc
+        f"this host took {span(conv_checks_from_64(), '.1f')} µs per call for the conv's checks "
+        "from B = 64" in doc
     )
-    assert f"where 12a6389's took {span(checks_then, '.1f')} µs" in doc
+    assert f"where 12a6389's took {span(conv_checks_from_64(BEFORE), '.1f')} µs" in doc

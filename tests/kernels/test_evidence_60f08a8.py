@@ -17,7 +17,7 @@ from vllm_gdn_invariant.models.tiny import BENCH_QWEN3_NEXT
 
 from ..doc_blocks import marked_block
 from .test_evidence_df9fd2b import spread
-from .test_evidence_docs import DOC, ROOT, flat_doc
+from .test_evidence_docs import DOC, ROOT, device_span, flat_doc
 
 RUN = ROOT / "docs" / "evidence" / "h200_engine" / "60f08a8"
 THROUGHPUT, LATENCY = "decode_throughput_vs_route", "itl_vs_route"
@@ -154,13 +154,8 @@ def test_the_kernels_stage_is_quoted():
     assert "(stage `kernels`: 174 passed in 268 s," in doc
     cases = load("bench_decode.json")["cases"]
 
-    def device(op: str, dtype: str) -> str:
-        values = [
-            c["speed_vs_vllm_device"]
-            for c in cases
-            if c["op"] == op and c["state_dtype"] == dtype and c["batch"] >= 64
-        ]
-        return f"{min(values):.3f}–{max(values):.3f}x"
+    def device(op: str, state: str) -> str:
+        return device_span(cases, op, state, 64, fmt=".3f")
 
     assert (
         f"the recurrent step {device('recurrent', 'bfloat16')} vLLM with a bf16 state and "
